@@ -1,0 +1,41 @@
+# Each target does its own set-up: a fresh clone needs only Python 3.11, Java 17 and Maven.
+PY      ?= python3.11
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+JARS    := .kafka/libs/.fetched
+
+.PHONY: test test-fast lint demo bench clean setup
+
+setup: $(STAMP) $(JARS)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+$(JARS): infra/kafka/pom.xml $(STAMP)
+	$(BIN)/surplus kafka fetch
+	touch $(JARS)
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/pytest -q
+
+test-fast: setup
+	$(BIN)/pytest -q -m "not kafka"
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+demo: setup
+	$(BIN)/surplus demo --out out/demo
+
+bench: setup
+	$(BIN)/surplus bench --out out/bench
+
+clean:
+	rm -rf out .pytest_cache .mypy_cache .ruff_cache

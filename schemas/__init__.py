@@ -1,0 +1,1 @@
+"""The contract between Surplus components: event structs, strict codecs, topic catalog."""

@@ -1,0 +1,178 @@
+"""The event contract: every message that crosses a Surplus topic, as typed, versioned structs.
+
+These structs are the whole agreement between workers, the scheduler, clients and the control
+plane. Field names are the JSON names on the wire. Bounds live here (msgspec `Meta`) so that a
+decoded value is already known to be in range; policies still clamp to their *local* limits.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+SCHEMA_VERSION = 1
+
+NonNegInt = Annotated[int, Meta(ge=0)]
+NonNegFloat = Annotated[float, Meta(ge=0.0)]
+Fraction = Annotated[float, Meta(ge=0.0, le=1.0)]
+TimestampMs = Annotated[int, Meta(ge=0, le=2**53)]
+Name = Annotated[str, Meta(min_length=1, max_length=200)]
+Tier = Literal["baseline", "opportunistic"]
+ModelKind = Literal["baseline", "powerful"]
+
+
+class Event(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Base of every wire message: `v` is the schema version, checked on decode."""
+
+    v: int = SCHEMA_VERSION
+
+
+class LatencySketch(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Wire form of a DDSketch of latencies in milliseconds (log-spaced bins, relative error).
+
+    `bins[i]` counts values whose bucket key is `offset + i`. Sketches merge exactly when their
+    `relative_accuracy` matches; see `schemas.sketch`.
+    """
+
+    relative_accuracy: Annotated[float, Meta(gt=0.0, lt=1.0)]
+    offset: Annotated[int, Meta(ge=-100_000, le=100_000)]
+    bins: Annotated[list[NonNegInt], Meta(max_length=4096)]
+    zero_count: NonNegInt = 0
+    count: NonNegInt
+    sum: NonNegFloat
+    min: NonNegFloat
+    max: NonNegFloat
+
+
+class WindowReport(Event, frozen=True, kw_only=True):
+    """What one worker saw in one reporting interval (telemetry topic, keyed by pool id)."""
+
+    pool_id: Name
+    worker_id: Name
+    region: Name
+    service: Name
+    model: ModelKind
+    tier: Tier
+    accelerator: Name
+    window_start_ms: TimestampMs
+    window_end_ms: TimestampMs
+    requests: NonNegInt
+    baseline_requests: NonNegInt
+    baseline_rejected: NonNegInt = 0
+    optional_units_done: NonNegInt = 0
+    optional_units_shed: dict[Name, NonNegInt] = {}
+    latency_ms: LatencySketch
+    queue_depth: NonNegInt = 0
+    queue_delay_ms: NonNegFloat = 0.0
+    utilisation: Annotated[float, Meta(ge=0.0, le=10.0)] = 0.0
+    capacity_rps: NonNegFloat = 0.0
+
+
+class CapacityEvent(Event, frozen=True, kw_only=True):
+    """The scheduler grants or revokes opportunistic units (capacity topic, keyed by region).
+
+    A grant holds until `expires_at_ms` unless renewed by another grant of the same `pool_id`.
+    """
+
+    event_id: Name
+    ts_ms: TimestampMs
+    region: Name
+    pool_id: Name
+    kind: Literal["grant", "revoke"]
+    accelerator: Name
+    accelerator_units: NonNegFloat = 0.0
+    cpu_units: NonNegFloat = 0.0
+    expires_at_ms: TimestampMs | None = None
+
+
+class PreemptionNotice(Event, frozen=True, kw_only=True):
+    """Opportunistic replicas are being reclaimed by `deadline_ms` (preemption topic).
+
+    An empty `replicas` list means the whole pool.
+    """
+
+    notice_id: Name
+    ts_ms: TimestampMs
+    region: Name
+    pool_id: Name
+    replicas: Annotated[list[Name], Meta(max_length=10_000)] = []
+    deadline_ms: TimestampMs
+    accelerator: Name = "any"
+    accelerator_units: NonNegFloat = 0.0
+    cpu_units: NonNegFloat = 0.0
+
+
+class RmaTarget(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Rank-more-candidates: extra candidates per request, and the fleet's extra-work budget."""
+
+    extra_candidates: Annotated[int, Meta(ge=0, le=10_000)]
+    budget_units_per_s: NonNegFloat
+
+
+class SegmentPriority(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Posterior of one segment's incremental gain from the powerful model."""
+
+    gain_mean: Annotated[float, Meta(ge=-1e6, le=1e6)]
+    gain_std: Annotated[float, Meta(ge=0.0, le=1e6)]
+    observations: NonNegInt = 0
+
+
+class SbmTarget(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Serve-a-better-model: share of requests for the powerful model, and segment priorities."""
+
+    coverage: Fraction
+    segments: Annotated[dict[Name, SegmentPriority], Meta(max_length=10_000)] = {}
+
+
+class ControlTargets(Event, frozen=True, kw_only=True):
+    """What the control plane decided for one scope (targets topic, compacted, keyed by scope).
+
+    Receivers apply a target only while `issued_at_ms + ttl_ms` is in the future and only if its
+    `epoch` is newer than the one they hold; otherwise they serve baseline only.
+    """
+
+    scope: Name
+    epoch: Annotated[int, Meta(ge=0)]
+    issued_at_ms: TimestampMs
+    ttl_ms: Annotated[int, Meta(gt=0, le=86_400_000)]
+    rma: RmaTarget
+    sbm: SbmTarget
+    reason: Literal["period", "preemption", "restart", "manual"] = "period"
+    signature: Annotated[str, Meta(max_length=128)] | None = None
+
+
+class RoutingOutcome(Event, frozen=True, kw_only=True):
+    """A client's observed value for one routed request (outcomes topic, keyed by segment)."""
+
+    ts_ms: TimestampMs
+    scope: Name
+    request_id: Name
+    segment: Name
+    model: ModelKind
+    value: Annotated[float, Meta(ge=-1e6, le=1e6)]
+    explored: bool = False
+
+
+class DeadLetter(Event, frozen=True, kw_only=True):
+    """A message nobody could use, kept with why and where it came from (deadletter topic)."""
+
+    ts_ms: TimestampMs
+    source_topic: Name
+    partition: Annotated[int, Meta(ge=-1)]
+    offset: Annotated[int, Meta(ge=-1)]
+    reason: Annotated[str, Meta(max_length=2000)]
+    key_b64: str | None = None
+    value_b64: str
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    WindowReport, CapacityEvent, PreemptionNotice, ControlTargets, RoutingOutcome, DeadLetter,
+)
+
+__all__ = [
+    "EVENT_TYPES", "SCHEMA_VERSION", "CapacityEvent", "ControlTargets", "DeadLetter", "Event",
+    "LatencySketch", "ModelKind", "PreemptionNotice", "RmaTarget", "RoutingOutcome", "SbmTarget",
+    "SegmentPriority", "Tier", "WindowReport", "msgspec",
+]

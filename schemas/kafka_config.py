@@ -1,0 +1,72 @@
+"""One settings block for every Kafka client in Surplus (Faust/aiokafka and confluent-kafka).
+
+Read from the environment (`SURPLUS_KAFKA_*`) or built in code; validated once at start so a
+bad value stops the process with the offending key. This module only builds plain config
+dicts: the packages that own a Kafka client turn them into that client's objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from schemas.topics import DEFAULT_PREFIX
+
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+class KafkaSettings(BaseSettings):
+    """Where the cluster is and how to authenticate; `prefix` namespaces every topic."""
+
+    model_config = SettingsConfigDict(env_prefix="SURPLUS_KAFKA_", frozen=True, extra="forbid")
+
+    bootstrap: str = Field(default="127.0.0.1:9092", min_length=3)
+    prefix: str = DEFAULT_PREFIX
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    sasl_mechanism: SaslMechanism | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    client_id: str = "surplus"
+
+    @model_validator(mode="after")
+    def _check_security(self) -> KafkaSettings:
+        if self.security_protocol.startswith("SASL"):
+            for key in ("sasl_mechanism", "sasl_username", "sasl_password"):
+                if not getattr(self, key):
+                    raise ValueError(f"{key} is required when security_protocol is "
+                                     f"{self.security_protocol}")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("ssl_certfile and ssl_keyfile must be given together (mTLS)")
+        return self
+
+    @property
+    def uses_ssl(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    def confluent(self, **extra: Any) -> dict[str, Any]:
+        """librdkafka configuration for confluent-kafka producers, consumers and admin."""
+        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap,
+                                  "security.protocol": self.security_protocol,
+                                  "client.id": self.client_id}
+        if self.sasl_mechanism:
+            config.update({"sasl.mechanism": self.sasl_mechanism,
+                           "sasl.username": self.sasl_username,
+                           "sasl.password": self.sasl_password})
+        if self.ssl_cafile:
+            config["ssl.ca.location"] = self.ssl_cafile
+        if self.ssl_certfile:
+            config.update({"ssl.certificate.location": self.ssl_certfile,
+                           "ssl.key.location": self.ssl_keyfile})
+        config.update(extra)
+        return config
+
+    def topic(self, logical: str) -> str:
+        from schemas.topics import topic_name
+
+        return topic_name(logical, self.prefix)

@@ -1,0 +1,114 @@
+"""Latency sketches: DDSketch (the library) records, `LatencySketch` travels, numpy merges.
+
+Workers record each request into a `ddsketch.DDSketch`; `to_wire` trims it into the contract's
+`LatencySketch`. The control plane merges thousands of wire sketches per second, so
+`SketchMerger` accumulates bins into a dense numpy array instead of rebuilding DDSketch objects,
+and answers quantiles with the same logarithmic mapping the library uses.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from ddsketch import DDSketch
+from ddsketch.mapping import LogarithmicMapping
+
+from schemas.contract import LatencySketch
+
+DEFAULT_RELATIVE_ACCURACY = 0.02
+
+
+class SketchMismatch(ValueError):
+    """Two sketches with different relative accuracy cannot be merged exactly."""
+
+
+def new_sketch(relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY) -> DDSketch:
+    return DDSketch(relative_accuracy)
+
+
+def to_wire(sketch: DDSketch) -> LatencySketch:
+    """The contract form of a DDSketch (positive store only: latencies are >= 0)."""
+    store = sketch._store
+    bins = [round(c) for c in store.bins]
+    first = next((i for i, c in enumerate(bins) if c), len(bins))
+    last = len(bins) - next((i for i, c in enumerate(reversed(bins)) if c), len(bins))
+    count = round(sketch.count)
+    return LatencySketch(
+        relative_accuracy=sketch._relative_accuracy,
+        offset=int(store.offset) + first,
+        bins=bins[first:last],
+        zero_count=round(sketch._zero_count),
+        count=count,
+        sum=float(sketch.sum) if count else 0.0,
+        min=float(sketch._min) if count else 0.0,
+        max=float(sketch._max) if count else 0.0,
+    )
+
+
+def from_wire(wire: LatencySketch) -> DDSketch:
+    """A library DDSketch holding the same data (for merging with `DDSketch.merge`)."""
+    sketch = DDSketch(wire.relative_accuracy)
+    mapping = sketch._mapping
+    for i, c in enumerate(wire.bins):
+        if c:
+            sketch.add(mapping.value(wire.offset + i), c)
+    if wire.zero_count:
+        sketch.add(0.0, wire.zero_count)
+    return sketch
+
+
+class SketchMerger:
+    """Merges wire sketches of one relative accuracy into dense numpy bins.
+
+    Keys outside the tracked range are clamped to its ends, which bounds memory against hostile
+    offsets while keeping counts exact (only the extreme values lose resolution).
+    """
+
+    def __init__(self, relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY,
+                 min_ms: float = 0.01, max_ms: float = 600_000.0) -> None:
+        self.relative_accuracy = relative_accuracy
+        self._mapping = LogarithmicMapping(relative_accuracy)
+        self._lo = self._mapping.key(min_ms)
+        self._hi = self._mapping.key(max_ms)
+        self._bins = np.zeros(self._hi - self._lo + 1, dtype=np.int64)
+        self.zero_count = 0
+        self.count = 0
+        self.sum = 0.0
+        self.max = 0.0
+
+    def add(self, wire: LatencySketch) -> None:
+        if wire.relative_accuracy != self.relative_accuracy:
+            raise SketchMismatch(f"cannot merge a sketch of relative_accuracy "
+                                 f"{wire.relative_accuracy} into one of {self.relative_accuracy}")
+        n = len(wire.bins)
+        if n:
+            start = wire.offset - self._lo
+            if start >= 0 and start + n <= len(self._bins):
+                self._bins[start:start + n] += wire.bins
+            else:
+                keys = np.clip(np.arange(n) + start, 0, len(self._bins) - 1)
+                np.add.at(self._bins, keys, wire.bins)
+        self.zero_count += wire.zero_count
+        self.count += wire.count
+        self.sum += wire.sum
+        if wire.max > self.max:
+            self.max = wire.max
+
+    def quantile(self, q: float) -> float:
+        """The q-quantile in ms (NaN when empty), within the sketch's relative accuracy."""
+        total = int(self._bins.sum()) + self.zero_count
+        if total == 0:
+            return math.nan
+        rank = q * (total - 1)
+        if rank < self.zero_count:
+            return 0.0
+        cumulative = np.cumsum(self._bins)
+        idx = int(np.searchsorted(cumulative, rank - self.zero_count, side="right"))
+        idx = min(idx, len(self._bins) - 1)
+        return float(min(self._mapping.value(idx + self._lo), self.max or math.inf))
+
+    def reset(self) -> None:
+        self._bins[:] = 0
+        self.zero_count = self.count = 0
+        self.sum = self.max = 0.0

@@ -1,0 +1,70 @@
+"""The topic catalog: logical topics of DESIGN.md with their key, value type and settings.
+
+Names on a cluster are `prefix + logical name`, so several deployments (or test runs) can share
+one cluster. `surplus topics apply` creates what is missing and reports what disagrees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas.contract import (
+    CapacityEvent,
+    ControlTargets,
+    DeadLetter,
+    Event,
+    PreemptionNotice,
+    RoutingOutcome,
+    WindowReport,
+)
+
+DEFAULT_PREFIX = "surplus."
+HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One logical topic: what its key means, what its values are, and how it is kept."""
+
+    logical: str
+    key: str
+    value_type: type[Event]
+    partitions: int
+    cleanup_policy: str
+    retention_ms: int
+
+    def name(self, prefix: str = DEFAULT_PREFIX) -> str:
+        return f"{prefix}{self.logical}"
+
+    def config(self) -> dict[str, str]:
+        """Topic-level configs to set on creation (and to compare against)."""
+        config = {"cleanup.policy": self.cleanup_policy, "retention.ms": str(self.retention_ms)}
+        if self.cleanup_policy == "compact":
+            # Compact soon so a restarted reader sees one value per scope, not a long history.
+            config.update({"min.cleanable.dirty.ratio": "0.1", "segment.ms": "600000",
+                           "retention.ms": "-1"})
+        return config
+
+
+CATALOG: tuple[TopicSpec, ...] = (
+    TopicSpec("telemetry", "pool id", WindowReport, 8, "delete", 6 * HOUR_MS),
+    TopicSpec("capacity", "region", CapacityEvent, 4, "delete", 7 * 24 * HOUR_MS),
+    TopicSpec("preemption", "region", PreemptionNotice, 4, "delete", 7 * 24 * HOUR_MS),
+    TopicSpec("targets", "scope", ControlTargets, 4, "compact", -1),
+    TopicSpec("outcomes", "segment", RoutingOutcome, 8, "delete", 24 * HOUR_MS),
+    TopicSpec("deadletter", "source topic", DeadLetter, 1, "delete", 14 * 24 * HOUR_MS),
+)
+
+BY_LOGICAL: dict[str, TopicSpec] = {spec.logical: spec for spec in CATALOG}
+
+
+def spec(logical: str) -> TopicSpec:
+    """The spec of a logical topic; the error lists the valid names."""
+    try:
+        return BY_LOGICAL[logical]
+    except KeyError:
+        raise KeyError(f"unknown topic {logical!r}; known: {', '.join(BY_LOGICAL)}") from None
+
+
+def topic_name(logical: str, prefix: str = DEFAULT_PREFIX) -> str:
+    return spec(logical).name(prefix)

@@ -1,0 +1,62 @@
+"""`surplus kafka` and `surplus topics` behave as a new user would type them."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from surplus import localkafka
+
+pytestmark = pytest.mark.kafka
+
+
+def _surplus(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "surplus.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def test_kafka_up_on_a_taken_port_fails_with_one_line_reason(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _surplus("kafka", "up", "--port", str(port), "--data-dir", str(tmp_path))
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"error: port {port} on 127.0.0.1 is already in use"
+
+
+def test_kafka_up_without_jars_fails_cleanly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                             ) -> None:
+    monkeypatch.setenv("SURPLUS_KAFKA_LIBS", str(tmp_path / "nothing"))
+    result = _surplus("kafka", "up", "--no-fetch", "--port", str(localkafka.free_port()),
+                      "--data-dir", str(tmp_path / "data"))
+    assert result.returncode == 1
+    assert "Kafka jars missing" in result.stderr
+
+
+def test_up_topics_apply_status_down_as_typed_by_hand(tmp_path: Path) -> None:
+    port = localkafka.free_port()
+    data = str(tmp_path / "broker")
+    try:
+        first = _surplus("kafka", "up", "--port", str(port), "--data-dir", data)
+        assert first.returncode == 0, first.stderr
+        assert f"127.0.0.1:{port}" in first.stdout
+        again = _surplus("kafka", "up", "--port", str(port), "--data-dir", data)
+        assert again.returncode == 0 and "already running" in again.stdout
+        applied = _surplus("topics", "apply", "--bootstrap", f"127.0.0.1:{port}")
+        assert applied.returncode == 0, applied.stderr
+        assert applied.stdout.count("created") == 6
+        reapplied = _surplus("topics", "apply", "--bootstrap", f"127.0.0.1:{port}")
+        assert reapplied.returncode == 0 and reapplied.stdout.count("exists") == 6
+        mismatch = _surplus("topics", "apply", "--bootstrap", f"127.0.0.1:{port}",
+                            "--partitions", "3")
+        assert mismatch.returncode == 1 and "MISMATCH" in mismatch.stderr
+        assert _surplus("kafka", "status", "--data-dir", data).returncode == 0
+    finally:
+        down = _surplus("kafka", "down", "--data-dir", data)
+    assert down.returncode == 0 and "stopped" in down.stdout
+    assert _surplus("kafka", "status", "--data-dir", data).returncode == 1

@@ -1,0 +1,50 @@
+"""One valid instance of every event type, shared by contract tests."""
+
+from __future__ import annotations
+
+from schemas.contract import (
+    CapacityEvent,
+    ControlTargets,
+    DeadLetter,
+    Event,
+    PreemptionNotice,
+    RmaTarget,
+    RoutingOutcome,
+    SbmTarget,
+    SegmentPriority,
+    WindowReport,
+)
+from schemas.sketch import new_sketch, to_wire
+
+
+def _sketch():  # type: ignore[no-untyped-def]
+    sketch = new_sketch()
+    for ms in (1.5, 2.0, 3.0, 40.0, 90.0):
+        sketch.add(ms)
+    return to_wire(sketch)
+
+
+SAMPLES: list[Event] = [
+    WindowReport(pool_id="eu1/rank/a100/opp", worker_id="w1", region="eu1", service="rank",
+                 model="baseline", tier="opportunistic", accelerator="a100",
+                 window_start_ms=1_700_000_000_000, window_end_ms=1_700_000_001_000,
+                 requests=120, baseline_requests=100, optional_units_done=400,
+                 optional_units_shed={"preemption": 12}, latency_ms=_sketch(), queue_depth=3,
+                 queue_delay_ms=1.2, utilisation=0.7, capacity_rps=180.0),
+    CapacityEvent(event_id="c1", ts_ms=1_700_000_000_000, region="eu1", pool_id="eu1/a100/opp",
+                  kind="grant", accelerator="a100", accelerator_units=4.0, cpu_units=16.0,
+                  expires_at_ms=1_700_000_600_000),
+    PreemptionNotice(notice_id="p1", ts_ms=1_700_000_000_000, region="eu1",
+                     pool_id="eu1/a100/opp", replicas=["w3", "w4"],
+                     deadline_ms=1_700_000_030_000, accelerator="a100", accelerator_units=2.0),
+    ControlTargets(scope="eu1/rank", epoch=42, issued_at_ms=1_700_000_000_000, ttl_ms=30_000,
+                   rma=RmaTarget(extra_candidates=64, budget_units_per_s=5000.0),
+                   sbm=SbmTarget(coverage=0.25, segments={
+                       "new-users": SegmentPriority(gain_mean=0.03, gain_std=0.01,
+                                                    observations=500)})),
+    RoutingOutcome(ts_ms=1_700_000_000_000, scope="eu1/rank", request_id="r1",
+                   segment="new-users", model="powerful", value=0.031, explored=True),
+    DeadLetter(ts_ms=1_700_000_000_000, source_topic="surplus.telemetry", partition=3,
+               offset=1234, reason="WindowReport: malformed JSON", key_b64="cDE=",
+               value_b64="bm90IGpzb24="),
+]

@@ -1,0 +1,92 @@
+"""The contract's codecs: strict, versioned, bounded, and every error names what was wrong."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+
+from schemas.codec import Codec, ContractError, decode, encode, from_builtins, to_builtins
+from schemas.contract import (
+    EVENT_TYPES,
+    ControlTargets,
+    RmaTarget,
+    SbmTarget,
+    WindowReport,
+)
+from tests.unit.schemas.samples import SAMPLES
+
+
+@pytest.mark.parametrize("event", SAMPLES, ids=lambda e: type(e).__name__)
+def test_every_event_type_round_trips_through_json(event: msgspec.Struct) -> None:
+    assert decode(type(event), encode(event)) == event
+    assert from_builtins(type(event), to_builtins(event)) == event
+
+
+def test_samples_cover_every_event_type() -> None:
+    assert {type(e) for e in SAMPLES} == set(EVENT_TYPES)
+
+
+def _report_json(**changes: object) -> bytes:
+    sample = next(e for e in SAMPLES if isinstance(e, WindowReport))
+    obj = to_builtins(sample)
+    obj.update(changes)
+    return json.dumps(obj).encode()
+
+
+def test_wrong_type_names_the_field() -> None:
+    with pytest.raises(ContractError, match=r"Expected `int`, got `str` - at `\$.requests`"):
+        decode(WindowReport, _report_json(requests="12"))
+
+
+def test_missing_field_names_the_field() -> None:
+    payload = json.loads(_report_json())
+    del payload["pool_id"]
+    with pytest.raises(ContractError, match="missing required field `pool_id`"):
+        decode(WindowReport, json.dumps(payload))
+
+
+def test_unknown_field_is_rejected_by_name() -> None:
+    with pytest.raises(ContractError, match="unknown field `surprise`"):
+        decode(WindowReport, _report_json(surprise=1))
+
+
+def test_unknown_schema_version_is_named_even_when_fields_changed() -> None:
+    with pytest.raises(ContractError, match="unknown schema version 2"):
+        decode(WindowReport, _report_json(v=2))
+    with pytest.raises(ContractError, match="unknown schema version 9"):
+        decode(WindowReport, b'{"v": 9, "something": "else"}')
+
+
+def test_out_of_range_value_names_the_field() -> None:
+    with pytest.raises(ContractError, match=r"\$.utilisation"):
+        decode(WindowReport, _report_json(utilisation=-0.5))
+
+
+def test_garbage_bytes_are_a_contract_error() -> None:
+    for garbage in (b"\x00\xff\xfe", b"not json", b"", b"[1,2", b"null"):
+        with pytest.raises(ContractError, match="WindowReport"):
+            decode(WindowReport, garbage)
+
+
+def test_oversized_payload_is_refused_before_parsing() -> None:
+    codec = Codec(WindowReport, max_bytes=1000)
+    with pytest.raises(ContractError, match="exceeds the 1000-byte limit"):
+        codec.decode(b" " * 1001)
+
+
+def test_deeply_nested_payload_is_rejected_without_recursion_error() -> None:
+    nested = b'{"scope": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+    with pytest.raises(ContractError):
+        decode(ControlTargets, nested)
+
+
+def test_targets_with_coverage_above_one_are_rejected() -> None:
+    bad = ControlTargets(scope="s", epoch=1, issued_at_ms=1, ttl_ms=1000,
+                         rma=RmaTarget(extra_candidates=1, budget_units_per_s=1.0),
+                         sbm=SbmTarget(coverage=0.5))
+    obj = to_builtins(bad)
+    obj["sbm"]["coverage"] = 1.5
+    with pytest.raises(ContractError, match=r"\$.sbm.coverage"):
+        decode(ControlTargets, json.dumps(obj))
