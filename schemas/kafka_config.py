@@ -66,6 +66,11 @@ class KafkaSettings(BaseSettings):
         config.update(extra)
         return config
 
+    def producer(self, **extra: Any) -> dict[str, Any]:
+        """Producer config: murmur2 partitioning, so a scope key maps to the same partition as
+        from Faust/aiokafka and the Java client (co-partitioned topics depend on it)."""
+        return self.confluent(**{"partitioner": "murmur2_random", "linger.ms": 5, **extra})
+
     def topic(self, logical: str) -> str:
         from schemas.topics import topic_name
 

@@ -20,6 +20,11 @@ from schemas.contract import (
 
 DEFAULT_PREFIX = "surplus."
 HOUR_MS = 3_600_000
+# Every input topic is keyed by scope (the region) and has the same partition count, so all
+# events of one scope land in the same partition number everywhere: the control-plane process
+# that owns that partition owns the scope, with no repartition hop. Producers must use the
+# Java-compatible murmur2 partitioner (`KafkaSettings.producer()`), as Faust/aiokafka does.
+SCOPE_PARTITIONS = 8
 
 
 @dataclass(frozen=True)
@@ -47,11 +52,12 @@ class TopicSpec:
 
 
 CATALOG: tuple[TopicSpec, ...] = (
-    TopicSpec("telemetry", "pool id", WindowReport, 8, "delete", 6 * HOUR_MS),
-    TopicSpec("capacity", "region", CapacityEvent, 4, "delete", 7 * 24 * HOUR_MS),
-    TopicSpec("preemption", "region", PreemptionNotice, 4, "delete", 7 * 24 * HOUR_MS),
-    TopicSpec("targets", "scope", ControlTargets, 4, "compact", -1),
-    TopicSpec("outcomes", "segment", RoutingOutcome, 8, "delete", 24 * HOUR_MS),
+    TopicSpec("telemetry", "scope", WindowReport, SCOPE_PARTITIONS, "delete", 6 * HOUR_MS),
+    TopicSpec("capacity", "scope", CapacityEvent, SCOPE_PARTITIONS, "delete", 7 * 24 * HOUR_MS),
+    TopicSpec("preemption", "scope", PreemptionNotice, SCOPE_PARTITIONS, "delete",
+              7 * 24 * HOUR_MS),
+    TopicSpec("targets", "scope", ControlTargets, SCOPE_PARTITIONS, "compact", -1),
+    TopicSpec("outcomes", "scope", RoutingOutcome, SCOPE_PARTITIONS, "delete", 24 * HOUR_MS),
     TopicSpec("deadletter", "source topic", DeadLetter, 1, "delete", 14 * 24 * HOUR_MS),
 )
 
