@@ -1,0 +1,178 @@
+"""Invariant 2 on the receiving side: anything untrustworthy means baseline only, counted."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from schemas.codec import decode, encode
+from schemas.contract import ControlTargets
+from tests.unit.policy.helpers import T0, targets
+from workers.policy.signing import sign, verifier
+from workers.policy.targets import LocalLimits, TargetState
+
+KEY = b"shared-secret"
+
+
+def _state(**limits: int | float) -> TargetState:
+    return TargetState("eu1", LocalLimits(**limits))  # type: ignore[arg-type]
+
+
+def test_nothing_received_means_baseline_only() -> None:
+    eff = _state().current(T0)
+    assert eff.baseline_only and eff.reason == "no_targets"
+    assert (eff.extra_candidates, eff.coverage, eff.budget_units_per_s) == (0, 0.0, 0.0)
+
+
+def test_fresh_target_is_applied_as_sent() -> None:
+    state = _state()
+    verdict = state.offer(targets(extra=64, coverage=0.25, segments={"a": (0.1, 0.01)}), T0 + 10)
+    assert verdict.accepted and verdict.reason == "applied"
+    eff = state.current(T0 + 20)
+    assert not eff.baseline_only
+    assert (eff.extra_candidates, eff.coverage, eff.budget_units_per_s) == (64, 0.25, 5000.0)
+    assert eff.segments["a"].gain_mean == 0.1 and eff.epoch == 1
+    assert state.counters == {"applied": 1}
+
+
+def test_target_goes_baseline_only_when_its_ttl_passes_and_the_expiry_is_counted_once() -> None:
+    state = _state()
+    state.offer(targets(ttl_ms=1_000), T0)
+    assert not state.current(T0 + 999).baseline_only
+    for now in (T0 + 1_000, T0 + 5_000):
+        eff = state.current(now)
+        assert eff.baseline_only and eff.reason == "expired" and eff.epoch == 1
+    assert state.counters["held_expired"] == 1
+
+
+def test_ttl_beyond_local_limit_is_clamped_so_target_expires_sooner() -> None:
+    state = _state(max_ttl_ms=2_000)
+    verdict = state.offer(targets(ttl_ms=60_000), T0)
+    assert verdict.accepted and verdict.reason == "clamped"
+    assert not state.current(T0 + 1_999).baseline_only
+    assert state.current(T0 + 2_000).baseline_only
+
+
+@pytest.mark.parametrize(("offered", "reason"), [
+    (targets(issued_at_ms=T0 - 30_000), "expired"),
+    (targets(issued_at_ms=T0 + 5_001), "from_future"),
+    (targets(scope="us1"), "wrong_scope"),
+])
+def test_untrustworthy_target_is_refused_and_counted(offered: ControlTargets, reason: str) -> None:
+    state = _state()
+    verdict = state.offer(offered, T0)
+    assert not verdict.accepted and verdict.reason == reason
+    assert state.current(T0).baseline_only
+    assert state.counters == {reason: 1}
+
+
+def test_clock_skew_within_limit_is_tolerated() -> None:
+    state = _state(max_clock_skew_ms=5_000)
+    assert state.offer(targets(issued_at_ms=T0 + 5_000), T0).accepted
+
+
+def test_older_or_equal_epoch_does_not_replace_the_held_target() -> None:
+    state = _state()
+    state.offer(targets(epoch=5, coverage=0.5), T0)
+    assert state.offer(targets(epoch=4, coverage=0.9), T0 + 1).reason == "older_epoch"
+    assert state.offer(targets(epoch=5, coverage=0.9), T0 + 1).reason == "duplicate_epoch"
+    assert state.current(T0 + 2).coverage == 0.5
+    assert state.offer(targets(epoch=6, coverage=0.9), T0 + 3).accepted
+    assert state.current(T0 + 4).coverage == 0.9
+
+
+def test_older_epoch_after_expiry_keeps_baseline_only() -> None:
+    state = _state()
+    state.offer(targets(epoch=5, ttl_ms=1_000), T0)
+    assert state.current(T0 + 1_500).baseline_only
+    assert not state.offer(targets(epoch=4, issued_at_ms=T0 + 1_400), T0 + 1_500).accepted
+    assert state.current(T0 + 1_600).reason == "expired"
+
+
+def test_values_above_local_limits_are_clamped_and_counted() -> None:
+    state = _state(max_extra_candidates=32, max_coverage=0.2, max_budget_units_per_s=100.0)
+    verdict = state.offer(targets(extra=64, coverage=0.25, budget=5_000.0), T0)
+    assert verdict.accepted and verdict.reason == "clamped"
+    eff = state.current(T0)
+    assert (eff.extra_candidates, eff.coverage, eff.budget_units_per_s) == (32, 0.2, 100.0)
+    assert state.held is not None and state.held.sbm.coverage == 0.2
+    assert state.counters == {"clamped": 1}
+
+
+@pytest.mark.parametrize("bad", [
+    {"coverage": 1.5}, {"coverage": float("nan")}, {"budget": -1.0}, {"extra": -3},
+    {"budget": float("inf")}, {"segments": {"a": (float("nan"), 0.1)}},
+    {"segments": {"a": (0.1, -0.1)}},
+])
+def test_out_of_range_target_built_in_code_is_refused(bad: dict[str, object]) -> None:
+    state = _state()
+    verdict = state.offer(targets(**bad), T0)  # type: ignore[arg-type]
+    assert not verdict.accepted and verdict.reason == "out_of_range"
+    assert state.current(T0).baseline_only
+
+
+def test_signed_target_is_accepted_after_crossing_the_wire() -> None:
+    state = TargetState("eu1", LocalLimits(), verifier(KEY))
+    signed = sign(targets(segments={"b": (0.2, 0.1), "a": (0.1, 0.01)}), KEY)
+    wire = decode(ControlTargets, encode(signed))
+    assert state.offer(wire, T0).accepted
+
+
+def test_unsigned_target_is_refused_when_a_key_is_configured() -> None:
+    state = TargetState("eu1", LocalLimits(), verifier(KEY))
+    verdict = state.offer(targets(), T0)
+    assert (verdict.accepted, verdict.reason) == (False, "unsigned")
+    assert state.current(T0).baseline_only and state.counters == {"unsigned": 1}
+
+
+@pytest.mark.parametrize("forge", ["other-key", "tamper", "garbage", "non-ascii"])
+def test_forged_target_is_refused(forge: str) -> None:
+    state = TargetState("eu1", LocalLimits(), verifier(KEY))
+    good = sign(targets(coverage=0.1), KEY)
+    forged = {
+        "other-key": sign(targets(coverage=0.1), b"attacker"),
+        "tamper": msgspec.structs.replace(
+            good, sbm=msgspec.structs.replace(good.sbm, coverage=0.9)),
+        "garbage": msgspec.structs.replace(good, signature="00" * 32),
+        "non-ascii": msgspec.structs.replace(good, signature="é" * 64),
+    }[forge]
+    verdict = state.offer(forged, T0)
+    assert (verdict.accepted, verdict.reason) == (False, "bad_signature")
+    assert state.current(T0).baseline_only
+
+
+def test_preempt_forces_baseline_until_a_newer_target_issued_after_it() -> None:
+    state = _state()
+    state.offer(targets(epoch=1), T0)
+    state.preempt(T0 + 100)
+    eff = state.current(T0 + 101)
+    assert eff.baseline_only and eff.reason == "preempted"
+    # Sent before the control plane knew of the preemption: newer epoch, but too early.
+    early = state.offer(targets(epoch=2, issued_at_ms=T0 + 50), T0 + 102)
+    assert (early.accepted, early.reason) == (False, "issued_before_preemption")
+    assert state.current(T0 + 103).baseline_only
+    assert not state.offer(targets(epoch=1, issued_at_ms=T0 + 200), T0 + 201).accepted
+    assert state.offer(targets(epoch=3, issued_at_ms=T0 + 200), T0 + 201).accepted
+    assert not state.current(T0 + 202).baseline_only
+    assert state.counters["preempted"] == 1
+
+
+def test_preempt_outlasts_the_ttl_of_the_held_target() -> None:
+    state = _state()
+    state.offer(targets(ttl_ms=1_000), T0)
+    state.preempt(T0 + 10)
+    assert state.current(T0 + 5_000).reason == "preempted"
+
+
+def test_preempt_before_any_target_stays_baseline_until_one_arrives() -> None:
+    state = _state()
+    state.preempt(T0)
+    assert state.current(T0 + 1).reason == "preempted"
+    assert state.offer(targets(issued_at_ms=T0 + 10), T0 + 11).accepted
+
+
+def test_limits_load_from_toml_and_a_bad_key_names_itself() -> None:
+    limits = msgspec.toml.decode(b"max_coverage = 0.5\nmax_ttl_ms = 1000\n", type=LocalLimits)
+    assert (limits.max_coverage, limits.max_ttl_ms) == (0.5, 1000)
+    with pytest.raises(msgspec.ValidationError, match="max_covrage"):
+        msgspec.toml.decode(b"max_covrage = 0.5\n", type=LocalLimits)
