@@ -1,0 +1,377 @@
+"""Admission on one worker: baseline work always goes first, optional work only while it is cheap.
+
+Two classes of work share one accelerator. Baseline work (what the service must do) has its own
+FIFO queue that is never refused and always drained before any optional work, so optional work
+can never delay it. Optional work (extra candidates of a request, or a whole request on an
+opportunistic replica) waits in a value-ordered queue and is the only thing ever shed:
+
+- ``overload``: the predicted wait of the queue exceeds ``max_queue_delay_ms``; the lowest-value
+  optional work goes first until the prediction is back under the bound;
+- ``deadline``: its deadline passed while it waited (work done after that is wasted);
+- ``preemption``: the replica is being reclaimed; every queued optional unit goes at once and
+  nothing optional is admitted until :meth:`Admission.resume`;
+- ``budget``: the optional-work rate would exceed the budget the control plane gave us.
+
+Every shed unit is counted by reason (invariant 4). Time comes in as integer milliseconds and
+nothing here reads a clock, so the fake-clock tests pin each rule exactly. Not thread-safe: the
+runtime wraps it in one lock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Generic, TypeVar
+
+import msgspec
+from msgspec import Meta
+
+T = TypeVar("T")
+
+REASON_OVERLOAD = "overload"
+REASON_DEADLINE = "deadline"
+REASON_PREEMPTION = "preemption"
+REASON_BUDGET = "budget"
+MAX_LEVEL = 3
+
+PositiveMs = Annotated[float, Meta(gt=0.0, le=60_000.0)]
+
+
+class AdmissionConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Bounds of one worker's admission; decoded from the worker's TOML ``[admission]`` table."""
+
+    #: Predicted wait above which optional work is shed, lowest value first.
+    max_queue_delay_ms: PositiveMs = 25.0
+    #: Queue delay, as fractions of the bound, at which the shedding level reaches 1 and 2
+    #: (level 3 is the bound itself, or preemption). Clients shed harder at higher levels.
+    level_fractions: tuple[Annotated[float, Meta(gt=0.0, lt=1.0)],
+                           Annotated[float, Meta(gt=0.0, lt=1.0)]] = (0.25, 0.5)
+    #: Hard cap on queued optional items (memory bound); beyond it the lowest value goes.
+    max_optional_items: Annotated[int, Meta(ge=1, le=1_000_000)] = 4096
+    #: Service time per unit (row) assumed before the first batch is measured.
+    initial_ms_per_unit: Annotated[float, Meta(gt=0.0, le=10_000.0)] = 0.05
+    #: Weight of the newest batch in the moving average of service time per unit.
+    service_ewma_alpha: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.2
+    #: The optional-work budget may be spent this many seconds ahead (token bucket depth).
+    budget_burst_s: Annotated[float, Meta(gt=0.0, le=60.0)] = 1.0
+
+    def __post_init__(self) -> None:
+        low, high = self.level_fractions
+        if low >= high:
+            raise ValueError(f"level_fractions must increase, got {list(self.level_fractions)}")
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted(Generic[T]):
+    """One unit of work handed to the batcher, with what it needs for accounting."""
+
+    item: T
+    optional: bool
+    units: int
+    enqueued_ms: int
+    value: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionState:
+    """What the worker reports: to clients on every response, and in telemetry."""
+
+    queue_delay_ms: float
+    shedding_level: int
+    preempted: bool
+    baseline_items: int
+    baseline_units: int
+    optional_items: int
+    optional_units: int
+    in_flight_units: int
+    ms_per_unit: float
+    shed_units: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Entry(Generic[T]):
+    seq: int
+    item: T
+    value: float
+    units: int
+    deadline_ms: int
+    enqueued_ms: int
+    live: bool = True
+
+
+class _TokenBucket:
+    """Budget of optional units per second; ``None`` rate means no budget limit."""
+
+    def __init__(self, burst_s: float) -> None:
+        self.burst_s = burst_s
+        self.rate_per_s: float | None = None
+        self.tokens = 0.0
+        self.last_ms = 0
+
+    def set_rate(self, rate_per_s: float | None, now_ms: int) -> None:
+        self._refill(now_ms)
+        if rate_per_s is None:
+            self.rate_per_s = None
+            return
+        if self.rate_per_s is None:
+            self.tokens = rate_per_s * self.burst_s  # a fresh budget starts full
+        self.rate_per_s = max(0.0, rate_per_s)
+        self.tokens = min(self.tokens, self.rate_per_s * self.burst_s)
+
+    def take(self, units: int, now_ms: int) -> bool:
+        if self.rate_per_s is None:
+            return True
+        self._refill(now_ms)
+        if self.tokens + 1e-9 < units:
+            return False
+        self.tokens -= units
+        return True
+
+    def _refill(self, now_ms: int) -> None:
+        elapsed = max(0, now_ms - self.last_ms)
+        self.last_ms = max(self.last_ms, now_ms)
+        if self.rate_per_s is not None:
+            cap = self.rate_per_s * self.burst_s
+            self.tokens = min(cap, self.tokens + self.rate_per_s * elapsed / 1000.0)
+
+
+class Admission(Generic[T]):
+    """Two queues and the rules that shed optional work; see the module docstring.
+
+    ``on_shed(item, reason)`` is called for optional work that was *queued* and is dropped later
+    (so the runtime can answer its waiter); work refused at admission is reported by the return
+    value of :meth:`admit_optional` instead. Both are counted in :attr:`shed_units`.
+    """
+
+    def __init__(self, config: AdmissionConfig | None = None,
+                 on_shed: Callable[[T, str], None] | None = None) -> None:
+        self.config = config or AdmissionConfig()
+        self._on_shed = on_shed
+        self._baseline: deque[Admitted[T]] = deque()
+        self._baseline_units = 0
+        self._by_value: list[tuple[Any, int, _Entry[T]]] = []      # max-heap: serve best
+        self._by_low_value: list[tuple[Any, int, _Entry[T]]] = []  # min-heap: shed worst
+        self._by_deadline: list[tuple[Any, int, _Entry[T]]] = []     # min-heap: expire first
+        self._arrivals: deque[_Entry[T]] = deque()                   # arrival order: oldest
+        self._optional_items = 0
+        self._optional_units = 0
+        self._seq = itertools.count()
+        self._budget = _TokenBucket(self.config.budget_burst_s)
+        self._ms_per_unit = self.config.initial_ms_per_unit
+        self.in_flight_units = 0
+        self.preempted = False
+        self.shed_units: dict[str, int] = {}
+        self.admitted_units = {"baseline": 0, "optional": 0}
+
+    # -- admission -------------------------------------------------------------------------------
+
+    def admit_baseline(self, item: T, now_ms: int, units: int = 1) -> None:
+        """Queue baseline work. Never refused, whatever the load or preemption state."""
+        self._baseline.append(Admitted(item, False, units, now_ms))
+        self._baseline_units += units
+        self.admitted_units["baseline"] += units
+        # Baseline work lengthens the wait of everything optional behind it.
+        self._enforce_delay_bound(now_ms)
+
+    def admit_optional(self, item: T, value: float, deadline_ms: int, now_ms: int,
+                       units: int = 1) -> bool:
+        """Queue optional work if every rule allows it; False (and counted) when refused."""
+        if math.isnan(value):
+            raise ValueError("optional work needs a comparable value, got NaN")
+        self._expire(now_ms)
+        reason = self._refusal(units, deadline_ms, now_ms)
+        if reason is not None:
+            self.count_shed(reason, units)
+            return False
+        entry = _Entry(next(self._seq), item, value, units, deadline_ms, now_ms)
+        heapq.heappush(self._by_value, (-value, entry.seq, entry))
+        heapq.heappush(self._by_low_value, (value, -entry.seq, entry))
+        heapq.heappush(self._by_deadline, (deadline_ms, entry.seq, entry))
+        self._arrivals.append(entry)
+        self._optional_items += 1
+        self._optional_units += units
+        self.admitted_units["optional"] += units
+        self._enforce_delay_bound(now_ms, newcomer=entry)
+        return entry.live
+
+    def _refusal(self, units: int, deadline_ms: int, now_ms: int) -> str | None:
+        if self.preempted:
+            return REASON_PREEMPTION
+        if deadline_ms <= now_ms:
+            return REASON_DEADLINE
+        if not self._budget.take(units, now_ms):
+            return REASON_BUDGET
+        return None
+
+    def count_shed(self, reason: str, units: int = 1) -> None:
+        """Count optional units shed for a reason decided elsewhere (e.g. stale targets)."""
+        if units > 0:
+            self.shed_units[reason] = self.shed_units.get(reason, 0) + units
+
+    def set_budget(self, units_per_s: float | None, now_ms: int) -> None:
+        """Optional units per second this worker may admit; None lifts the limit."""
+        self._budget.set_rate(units_per_s, now_ms)
+
+    # -- serving ---------------------------------------------------------------------------------
+
+    def next_batch(self, max_units: int, now_ms: int) -> list[Admitted[T]]:
+        """Work for one forward pass: all baseline that fits first, then optional by value.
+
+        The first item is always taken even if it alone exceeds ``max_units``, so large
+        requests are never starved; after that, taking stops at the first item that does not
+        fit (skipping it would let small low-value work overtake large high-value work).
+        """
+        self._expire(now_ms)
+        self._enforce_delay_bound(now_ms)
+        batch: list[Admitted[T]] = []
+        used = 0
+        while self._baseline and (not batch or used + self._baseline[0].units <= max_units):
+            work = self._baseline.popleft()
+            self._baseline_units -= work.units
+            batch.append(work)
+            used += work.units
+        while self._optional_items and not self._baseline:
+            entry = self._peek(self._by_value)
+            if batch and used + entry.units > max_units:
+                break
+            self._remove(entry)
+            batch.append(Admitted(entry.item, True, entry.units, entry.enqueued_ms, entry.value))
+            used += entry.units
+        self.in_flight_units += used
+        return batch
+
+    def record_service(self, units: int, elapsed_ms: float) -> None:
+        """A batch of ``units`` finished in ``elapsed_ms``: learn the service time per unit."""
+        self.in_flight_units = max(0, self.in_flight_units - units)
+        if units > 0 and elapsed_ms >= 0:
+            alpha = self.config.service_ewma_alpha
+            self._ms_per_unit += alpha * (elapsed_ms / units - self._ms_per_unit)
+
+    # -- preemption ------------------------------------------------------------------------------
+
+    def preempt(self, now_ms: int) -> int:
+        """Drop every queued optional item at once and refuse more; returns the items dropped."""
+        self.preempted = True
+        dropped = 0
+        while self._optional_items:
+            self._shed(self._peek(self._by_value), REASON_PREEMPTION)
+            dropped += 1
+        return dropped
+
+    def resume(self) -> None:
+        """Admit optional work again (the control plane has re-issued targets)."""
+        self.preempted = False
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def predicted_delay_ms(self) -> float:
+        """How long work admitted now would wait behind everything queued and in flight."""
+        queued = self._baseline_units + self._optional_units + self.in_flight_units
+        return queued * self._ms_per_unit
+
+    def queue_delay_ms(self, now_ms: int) -> float:
+        """The larger of the predicted wait and the age of the oldest queued baseline work."""
+        oldest = now_ms - self._baseline[0].enqueued_ms if self._baseline else 0
+        return max(self.predicted_delay_ms(), float(oldest))
+
+    def shedding_level(self, now_ms: int) -> int:
+        """0 (all clear) .. 3 (send no optional work): queue delay against the bounds."""
+        if self.preempted:
+            return MAX_LEVEL
+        bound = self.config.max_queue_delay_ms
+        delay = self.queue_delay_ms(now_ms)
+        if delay >= bound:
+            return 3
+        low, high = self.config.level_fractions
+        return 2 if delay >= high * bound else 1 if delay >= low * bound else 0
+
+    def oldest_enqueued_ms(self) -> int | None:
+        """When the oldest queued work arrived (the batcher's wait is measured from it)."""
+        stamps = [self._baseline[0].enqueued_ms] if self._baseline else []
+        while self._arrivals and not self._arrivals[0].live:
+            self._arrivals.popleft()
+        if self._arrivals:
+            stamps.append(self._arrivals[0].enqueued_ms)
+        return min(stamps) if stamps else None
+
+    @property
+    def queued_units(self) -> int:
+        return self._baseline_units + self._optional_units
+
+    @property
+    def queued_items(self) -> int:
+        return len(self._baseline) + self._optional_items
+
+    def state(self, now_ms: int) -> AdmissionState:
+        return AdmissionState(
+            queue_delay_ms=self.queue_delay_ms(now_ms),
+            shedding_level=self.shedding_level(now_ms),
+            preempted=self.preempted,
+            baseline_items=len(self._baseline),
+            baseline_units=self._baseline_units,
+            optional_items=self._optional_items,
+            optional_units=self._optional_units,
+            in_flight_units=self.in_flight_units,
+            ms_per_unit=self._ms_per_unit,
+            shed_units=dict(self.shed_units),
+        )
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _expire(self, now_ms: int) -> None:
+        while self._optional_items:
+            entry = self._peek(self._by_deadline)
+            if entry.deadline_ms > now_ms:
+                return
+            self._shed(entry, REASON_DEADLINE)
+
+    def _enforce_delay_bound(self, now_ms: int, newcomer: _Entry[T] | None = None) -> None:
+        bound = self.config.max_queue_delay_ms
+        while self._optional_items and (self.predicted_delay_ms() > bound
+                                        or self._optional_items > self.config.max_optional_items):
+            entry = self._peek(self._by_low_value)
+            if entry is newcomer:
+                # Refused at the door, not dropped from the queue: no on_shed callback.
+                self._remove(entry)
+                self.count_shed(REASON_OVERLOAD, entry.units)
+                self.admitted_units["optional"] -= entry.units
+            else:
+                self._shed(entry, REASON_OVERLOAD)
+
+    def _shed(self, entry: _Entry[T], reason: str) -> None:
+        self._remove(entry)
+        self.count_shed(reason, entry.units)
+        if self._on_shed is not None:
+            self._on_shed(entry.item, reason)
+
+    def _remove(self, entry: _Entry[T]) -> None:
+        entry.live = False
+        self._optional_items -= 1
+        self._optional_units -= entry.units
+        if self._optional_items == 0:
+            self._by_value.clear()
+            self._by_low_value.clear()
+            self._by_deadline.clear()
+            self._arrivals.clear()
+        elif len(self._by_value) > 4 * self._optional_items + 64:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Rebuild the heaps without dead entries (they are removed lazily otherwise)."""
+        self._by_value = [t for t in self._by_value if t[2].live]
+        self._by_low_value = [t for t in self._by_low_value if t[2].live]
+        self._by_deadline = [t for t in self._by_deadline if t[2].live]
+        self._arrivals = deque(e for e in self._arrivals if e.live)
+        for heap in (self._by_value, self._by_low_value, self._by_deadline):
+            heapq.heapify(heap)
+
+    @staticmethod
+    def _peek(heap: list[tuple[Any, int, _Entry[T]]]) -> _Entry[T]:
+        """The first live entry of a heap (dead ones are popped on the way)."""
+        while not heap[0][2].live:
+            heapq.heappop(heap)
+        return heap[0][2]
