@@ -1,0 +1,285 @@
+"""Ranking models the worker serves: two reference torch models and loading of user models.
+
+Every model has the same calling convention, so the batcher, the exported files and user models
+are interchangeable: ``forward(dense: float32[B, num_dense], sparse: int64[B, num_sparse]) ->
+float32[B]`` scores in (0, 1). Row ``b`` is one candidate: the request's dense features and the
+candidate's sparse ids, one id per sparse feature (hashed into its table inside the model, so
+any non-negative id is valid).
+
+- :class:`BaselineRanker` is DLRM-shaped: an EmbeddingBag per sparse feature, a bottom MLP on
+  the dense features, pairwise dot-product interaction, a top MLP. It is what baseline replicas
+  serve for all traffic.
+- :class:`PowerfulRanker` adds DCN-v2 cross layers over all features and a wider, deeper MLP:
+  several times the compute per row, the "better model" the SBM lever buys on harvested
+  accelerators.
+
+Initialisation is deterministic in ``ModelConfig.seed`` and leaves the global RNG untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+import numpy as np
+import torch
+from msgspec import Meta
+from torch import Tensor, nn
+
+ModelName = Literal["baseline", "powerful"]
+Width = Annotated[int, Meta(ge=1, le=65_536)]
+
+
+class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Sizes of the reference models (and the input shape a loaded user model must accept)."""
+
+    num_dense: Annotated[int, Meta(ge=1, le=4096)] = 13
+    num_sparse: Annotated[int, Meta(ge=1, le=256)] = 8
+    rows_per_table: Annotated[int, Meta(ge=2, le=100_000_000)] = 10_000
+    embedding_dim: Annotated[int, Meta(ge=1, le=1024)] = 16
+    #: Bottom MLP widths on the dense features; the last is forced to ``embedding_dim``.
+    bottom_mlp: tuple[Width, ...] = (64, 32)
+    top_mlp: tuple[Width, ...] = (64, 32)
+    #: PowerfulRanker only: cross layers over [bottom output, every embedding].
+    cross_layers: Annotated[int, Meta(ge=0, le=16)] = 2
+    #: PowerfulRanker only: its deep tower (applied after the cross layers).
+    deep_mlp: tuple[Width, ...] = (128, 64)
+    seed: int = 0
+
+
+class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Which model a worker serves: a reference model by name, or a user file by path.
+
+    ``name`` is the model kind reported on the wire (``baseline`` or ``powerful``) whichever
+    way the weights come; with ``path`` set, ``config`` only states the input shape.
+    """
+
+    name: ModelName = "baseline"
+    path: str | None = None
+    config: ModelConfig = ModelConfig()
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: Intra-op threads for torch; 0 picks one per core minus one for the event loop.
+    threads: Annotated[int, Meta(ge=0, le=256)] = 0
+
+
+def _mlp(widths: list[int], final_activation: bool) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(itertools.pairwise(widths)):
+        layers.append(nn.Linear(a, b))
+        if final_activation or i < len(widths) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class _SparseDense(nn.Module):
+    """What both rankers share: hashed embeddings per sparse feature and a dense bottom MLP."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.rows_per_table = cfg.rows_per_table
+        self.embeddings = nn.ModuleList(
+            nn.EmbeddingBag(cfg.rows_per_table, cfg.embedding_dim, mode="sum")
+            for _ in range(cfg.num_sparse))
+        self.bottom = _mlp([cfg.num_dense, *cfg.bottom_mlp, cfg.embedding_dim], True)
+
+    def features(self, dense: Tensor, sparse: Tensor) -> tuple[Tensor, list[Tensor]]:
+        """Bottom-MLP output [B, E] and one pooled embedding [B, E] per sparse feature."""
+        ids = torch.remainder(sparse, self.rows_per_table)
+        embedded = [bag(ids[:, i:i + 1]) for i, bag in enumerate(self.embeddings)]
+        return self.bottom(dense), embedded
+
+
+class BaselineRanker(_SparseDense):
+    """DLRM: embeddings + bottom MLP, pairwise dot interactions, top MLP, sigmoid."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        n = cfg.num_sparse + 1
+        rows, cols = torch.triu_indices(n, n, offset=1)
+        self.register_buffer("pair_rows", rows, persistent=False)
+        self.register_buffer("pair_cols", cols, persistent=False)
+        pairs = n * (n - 1) // 2
+        self.pair_rows: Tensor
+        self.pair_cols: Tensor
+        self.top = _mlp([cfg.embedding_dim + pairs, *cfg.top_mlp, 1], False)
+
+    def forward(self, dense: Tensor, sparse: Tensor) -> Tensor:
+        bottom, embedded = self.features(dense, sparse)
+        stacked = torch.stack([bottom, *embedded], dim=1)            # [B, n, E]
+        dots = torch.bmm(stacked, stacked.transpose(1, 2))           # [B, n, n]
+        interactions = dots[:, self.pair_rows, self.pair_cols]       # [B, n(n-1)/2]
+        logits = self.top(torch.cat([bottom, interactions], dim=1))
+        return torch.sigmoid(logits.squeeze(1))
+
+
+class _CrossLayer(nn.Module):
+    """DCN-v2: x_{l+1} = x0 * (W x_l + b) + x_l (explicit bounded-degree feature crosses)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+
+    def forward(self, x0: Tensor, x: Tensor) -> Tensor:
+        return x0 * self.linear(x) + x
+
+
+class PowerfulRanker(_SparseDense):
+    """DCN-v2 over every feature, then a deep tower: several times DLRM's compute per row."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        width = cfg.embedding_dim * (cfg.num_sparse + 1)
+        self.cross = nn.ModuleList(_CrossLayer(width) for _ in range(cfg.cross_layers))
+        self.deep = _mlp([width, *cfg.deep_mlp, 1], False)
+
+    def forward(self, dense: Tensor, sparse: Tensor) -> Tensor:
+        bottom, embedded = self.features(dense, sparse)
+        x0 = torch.cat([bottom, *embedded], dim=1)
+        x = x0
+        for layer in self.cross:
+            x = layer(x0, x)
+        return torch.sigmoid(self.deep(x).squeeze(1))
+
+
+def build_reference(name: ModelName, cfg: ModelConfig) -> nn.Module:
+    """A reference model with deterministic weights; the global RNG is left as it was."""
+    cls = {"baseline": BaselineRanker, "powerful": PowerfulRanker}[name]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        model = cls(cfg)
+    return model.eval()
+
+
+def example_inputs(cfg: ModelConfig, rows: int = 4, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """Random inputs of the model's shape (for export, tests and benchmarks)."""
+    gen = torch.Generator().manual_seed(seed)
+    dense = torch.randn(rows, cfg.num_dense, generator=gen)
+    sparse = torch.randint(0, 2**31 - 1, (rows, cfg.num_sparse), generator=gen)
+    return dense, sparse
+
+
+def export_model(model: nn.Module, cfg: ModelConfig, path: str | Path) -> Path:
+    """Save ``model`` as a ``torch.export`` program with a dynamic batch dimension (.pt2)."""
+    batch = torch.export.Dim("batch", min=1, max=1 << 20)
+    program = torch.export.export(model.eval(), example_inputs(cfg),
+                                  dynamic_shapes={"dense": {0: batch}, "sparse": {0: batch}})
+    path = Path(path)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "No complete tensor found")  # archive packing note
+        torch.export.save(program, str(path))
+    return path
+
+
+def trace_model(model: nn.Module, cfg: ModelConfig, path: str | Path) -> Path:
+    """Save ``model`` as traced TorchScript (the older format many pipelines still produce)."""
+    path = Path(path)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore", FutureWarning)  # deprecated, still widely deployed
+        traced = torch.jit.trace(model.eval(), example_inputs(cfg))
+        torch.jit.save(traced, str(path))
+    return path
+
+
+def count_flops(model: nn.Module, cfg: ModelConfig, rows: int = 64) -> int:
+    """Floating-point operations of one forward pass over ``rows`` rows (torch's counter)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    dense, sparse = example_inputs(cfg, rows)
+    counter = FlopCounterMode(display=False)
+    with counter, torch.inference_mode():
+        model(dense, sparse)
+    return int(counter.get_total_flops())
+
+
+def default_threads() -> int:
+    """One intra-op thread per usable core, less one kept for the event loop and Kafka."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
+def configure_threads(threads: int) -> int:
+    """Set torch's intra-op threads (0 = default_threads()) and one inter-op thread."""
+    n = threads or default_threads()
+    torch.set_num_threads(n)
+    with contextlib.suppress(RuntimeError):  # already set, or parallel work already ran
+        torch.set_num_interop_threads(1)
+    return n
+
+
+def pick_device(choice: str) -> torch.device:
+    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to score rows on its device; ``score`` is called from one thread only."""
+
+    module: Any
+    kind: ModelName
+    config: ModelConfig
+    device: torch.device
+    source: str
+
+    def score(self, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
+        """Scores (float32[B]) of rows given as numpy arrays of the model's shape."""
+        with torch.inference_mode():
+            d = torch.from_numpy(np.ascontiguousarray(dense, dtype=np.float32))
+            s = torch.from_numpy(np.ascontiguousarray(sparse, dtype=np.int64))
+            out = self.module(d.to(self.device), s.to(self.device))
+            return out.reshape(-1).float().cpu().numpy()
+
+
+class ModelLoadError(RuntimeError):
+    """The model file or spec cannot be turned into a servable model; the message says why."""
+
+
+def load_model(spec: ModelSpec) -> LoadedModel:
+    """The model of ``spec`` on its device, warmed up with one forward pass.
+
+    ``.pt2`` files are ``torch.export`` programs; any other file is tried as TorchScript.
+    """
+    configure_threads(spec.threads)
+    device = pick_device(spec.device)
+    if spec.path is None:
+        module: Any = build_reference(spec.name, spec.config).to(device)
+        source = f"reference:{spec.name}"
+    else:
+        module = _load_file(Path(spec.path), device)
+        source = spec.path
+    loaded = LoadedModel(module, spec.name, spec.config, device, source)
+    dense, sparse = example_inputs(spec.config, rows=2)
+    try:
+        scores = loaded.score(dense.numpy(), sparse.numpy())
+    except Exception as exc:
+        raise ModelLoadError(f"{source} does not accept dense[B, {spec.config.num_dense}] and "
+                             f"sparse[B, {spec.config.num_sparse}]: {exc}") from exc
+    if scores.shape != (2,):
+        raise ModelLoadError(f"{source} returned shape {tuple(scores.shape)} for 2 rows; "
+                             "expected one score per row")
+    return loaded
+
+
+def _load_file(path: Path, device: torch.device) -> Any:
+    if not path.is_file():
+        raise ModelLoadError(f"model file {path} does not exist")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch.jit.load is deprecated
+            warnings.filterwarnings("ignore", "No complete tensor found")  # export archive note
+            if path.suffix == ".pt2":
+                module = torch.export.load(str(path)).module()
+                return module.to(device) if device.type != "cpu" else module
+            return torch.jit.load(str(path), map_location=device).eval()
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load model {path}: {exc}") from exc
