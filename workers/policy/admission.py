@@ -164,6 +164,8 @@ class Admission(Generic[T]):
         self._ms_per_unit = self.config.initial_ms_per_unit
         self.in_flight_units = 0
         self.preempted = False
+        #: Why the last refused :meth:`admit_optional` call was refused (None after a success).
+        self.last_refusal: str | None = None
         self.shed_units: dict[str, int] = {}
         self.admitted_units = {"baseline": 0, "optional": 0}
 
@@ -183,7 +185,7 @@ class Admission(Generic[T]):
         if math.isnan(value):
             raise ValueError("optional work needs a comparable value, got NaN")
         self._expire(now_ms)
-        reason = self._refusal(units, deadline_ms, now_ms)
+        reason = self.last_refusal = self._refusal(units, deadline_ms, now_ms)
         if reason is not None:
             self.count_shed(reason, units)
             return False
@@ -196,6 +198,8 @@ class Admission(Generic[T]):
         self._optional_units += units
         self.admitted_units["optional"] += units
         self._enforce_delay_bound(now_ms, newcomer=entry)
+        if not entry.live:
+            self.last_refusal = REASON_OVERLOAD
         return entry.live
 
     def _refusal(self, units: int, deadline_ms: int, now_ms: int) -> str | None:

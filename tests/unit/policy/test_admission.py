@@ -113,6 +113,7 @@ def test_newcomer_with_the_lowest_value_is_refused_without_a_callback() -> None:
     for i in range(10):
         adm.admit_optional(f"o{i}", value=5.0, deadline_ms=FAR, now_ms=0)
     assert adm.admit_optional("low", value=1.0, deadline_ms=FAR, now_ms=0) is False
+    assert adm.last_refusal == "overload"
     assert shed == []
     assert adm.shed_units == {"overload": 1}
     assert adm.state(0).optional_items == 10
@@ -164,6 +165,7 @@ def test_in_flight_work_counts_toward_the_predicted_wait() -> None:
 def test_optional_work_past_its_deadline_is_refused_at_the_door() -> None:
     adm, shed = make()
     assert adm.admit_optional("late", value=9.0, deadline_ms=100, now_ms=100) is False
+    assert adm.last_refusal == "deadline"
     assert adm.shed_units == {"deadline": 1}
     assert shed == []
 
@@ -201,10 +203,12 @@ def test_preempted_admission_refuses_optional_work_until_resumed() -> None:
     adm, _ = make()
     adm.preempt(now_ms=0)
     assert adm.admit_optional("o", value=100.0, deadline_ms=FAR, now_ms=1) is False
+    assert adm.last_refusal == "preemption"
     assert adm.shed_units == {"preemption": 1}
     assert adm.state(1).preempted and adm.shedding_level(1) == 3
     adm.resume()
     assert adm.admit_optional("o", value=100.0, deadline_ms=FAR, now_ms=2) is True
+    assert adm.last_refusal is None
     assert adm.shedding_level(2) == 0
 
 
@@ -217,6 +221,7 @@ def test_budget_limits_the_optional_rate_and_refills_with_time() -> None:
     adm.set_budget(10.0, now_ms=0)  # 10 units/s, 1 s of burst
     assert all(adm.admit_optional(f"o{i}", 1.0, FAR, now_ms=0) for i in range(10))
     assert adm.admit_optional("over", 1.0, FAR, now_ms=0) is False
+    assert adm.last_refusal == "budget"
     assert adm.shed_units == {"budget": 1}
     assert adm.admit_optional("refilled", 1.0, FAR, now_ms=100) is True  # +1 unit after 100 ms
     assert adm.admit_optional("again", 1.0, FAR, now_ms=100) is False
