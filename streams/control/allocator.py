@@ -1,0 +1,133 @@
+"""Lever allocator: split spare capacity between RMA and SBM for the most expected value.
+
+The two levers consume different things. RMA (rank more candidates) needs CPU *and*
+accelerator time, in a fixed ratio (``cpu_per_accel_for_rma`` CPU units per accelerator unit).
+SBM (serve a better model) needs accelerator time only, and only on accelerator types the
+powerful model runs on. Each lever's value is concave in the accelerator units it gets: a
+piecewise-linear curve of segments with non-increasing value per unit (the first candidates or
+the first covered requests are worth the most). Maximising a sum of concave piecewise-linear
+functions under linear capacity constraints is a linear programme, solved with
+``scipy.optimize.linprog`` (HiGHS, deterministic).
+
+Two tie-breaks keep answers sensible when several allocations are worth the same: every
+allocated unit costs a hair (no capacity is handed out for zero value), and RMA pays a hair
+more on accelerators the powerful model can run on, so it uses the others first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from msgspec import Struct
+from scipy.optimize import linprog
+
+from streams.control.config import AllocatorConfig, Segment
+from streams.control.inventory import CapacityVector
+
+_DIGITS = 9
+
+
+class Allocation(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Capacity per lever. ``expected_value`` is the curves' value at this split."""
+
+    rma_cpu: float = 0.0
+    rma_accel: dict[str, float] = {}
+    sbm_accel: dict[str, float] = {}
+    expected_value: float = 0.0
+
+    @property
+    def rma_accel_units(self) -> float:
+        return sum(self.rma_accel[k] for k in sorted(self.rma_accel))
+
+    @property
+    def sbm_accel_units(self) -> float:
+        return sum(self.sbm_accel[k] for k in sorted(self.sbm_accel))
+
+
+def curve_value(segments: tuple[Segment, ...], units: float) -> float:
+    """Value of ``units`` accelerator units on a concave piecewise-linear curve."""
+    value, left = 0.0, units
+    for width, per_unit in segments:
+        take = min(width, left)
+        if take <= 0:
+            break
+        value += take * per_unit
+        left -= take
+    return value
+
+
+def allocate(capacity: CapacityVector, config: AllocatorConfig, *,
+             rma_max_units: float | None = None,
+             sbm_max_units: float | None = None) -> Allocation:
+    """The value-maximising split of ``capacity`` (an empty allocation if there is nothing).
+
+    ``rma_max_units``/``sbm_max_units`` cap a lever's accelerator units at what current
+    traffic can use (units past that are worth nothing, whatever the static curve says).
+    """
+    types = sorted(k for k, v in capacity.accel.items() if v > 0)
+    if not types:
+        return Allocation()
+    powerful = set(config.powerful_model_accelerators)
+    rma_seg, sbm_seg = config.rma_value_segments, config.sbm_value_segments
+    n, nr, ns = len(types), len(rma_seg), len(sbm_seg)
+    # variables: r_a (n) | s_a (n) | x_k (nr) | y_k (ns)
+    size = 2 * n + nr + ns
+    top = max([v for _, v in rma_seg + sbm_seg] + [1.0])
+    eps = 1e-7 * top
+    cost = np.zeros(size)
+    cost[:2 * n] = eps
+    for i, kind in enumerate(types):
+        if kind in powerful:
+            cost[i] += eps
+    cost[2 * n:2 * n + nr] = [-v for _, v in rma_seg]
+    cost[2 * n + nr:] = [-v for _, v in sbm_seg]
+
+    a_ub = np.zeros((n + 3, size))
+    b_ub = np.zeros(n + 3)
+    for i, kind in enumerate(types):
+        a_ub[i, i] = a_ub[i, n + i] = 1.0
+        b_ub[i] = capacity.accel[kind]
+    a_ub[n, :n] = config.cpu_per_accel_for_rma
+    b_ub[n] = max(0.0, capacity.cpu_units)
+    a_ub[n + 1, :n] = 1.0
+    b_ub[n + 1] = _cap(rma_max_units)
+    a_ub[n + 2, n:2 * n] = 1.0
+    b_ub[n + 2] = _cap(sbm_max_units)
+
+    a_eq = np.zeros((2, size))
+    a_eq[0, :n], a_eq[0, 2 * n:2 * n + nr] = 1.0, -1.0
+    a_eq[1, n:2 * n], a_eq[1, 2 * n + nr:] = 1.0, -1.0
+
+    bounds = ([(0.0, None)] * n
+              + [(0.0, None if kind in powerful else 0.0) for kind in types]
+              + [(0.0, w) for w, _ in rma_seg] + [(0.0, w) for w, _ in sbm_seg])
+    result = linprog(cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.zeros(2), bounds=bounds,
+                     method="highs")
+    if result.status != 0:  # never expected (zero is feasible); fail safe: no optional work
+        return Allocation()
+    return _allocation(result.x, types, capacity, config)
+
+
+def _allocation(x: np.ndarray, types: list[str], capacity: CapacityVector,
+                config: AllocatorConfig) -> Allocation:
+    n = len(types)
+    rma = {kind: _units(x[i], capacity.accel[kind]) for i, kind in enumerate(types)}
+    sbm = {kind: _units(x[n + i], capacity.accel[kind] - rma[kind])
+           for i, kind in enumerate(types)}
+    rma = {k: v for k, v in rma.items() if v > 0}
+    sbm = {k: v for k, v in sbm.items() if v > 0}
+    rma_units = sum(rma.values())
+    sbm_units = sum(sbm.values())
+    rma_cpu = min(round(rma_units * config.cpu_per_accel_for_rma, _DIGITS), capacity.cpu_units)
+    value = (curve_value(config.rma_value_segments, rma_units)
+             + curve_value(config.sbm_value_segments, sbm_units))
+    return Allocation(rma_cpu=max(0.0, rma_cpu), rma_accel=rma, sbm_accel=sbm,
+                      expected_value=round(value, _DIGITS))
+
+
+def _cap(units: float | None) -> float:
+    return 1e18 if units is None else max(0.0, units)
+
+
+def _units(raw: float, ceiling: float) -> float:
+    """Solver output rounded off its float noise, never above what exists."""
+    return max(0.0, min(round(float(raw), _DIGITS), ceiling))

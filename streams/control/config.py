@@ -1,0 +1,186 @@
+"""Control-plane configuration: frozen structs with working defaults, TOML files, CLI overrides.
+
+One ``ControlConfig`` drives the live agents, the offline replayer and the simulator, so a run
+is reproducible from its config file plus its event log. Every field has a default that works
+on the local demo; a bad key anywhere (file or override) raises ``ConfigError`` naming it.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
+
+from streams.control.pid import PidConfig
+
+Positive = Annotated[float, Meta(gt=0.0)]
+NonNeg = Annotated[float, Meta(ge=0.0)]
+Share = Annotated[float, Meta(ge=0.0, le=1.0)]
+Segment = tuple[Positive, NonNeg]
+"""(width in accelerator units, value per unit) of one piece of a concave value curve."""
+
+
+class ConfigError(ValueError):
+    """A configuration file or override is invalid; the message names the key."""
+
+
+class _Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class RmaConfig(_Config, frozen=True, kw_only=True):
+    """Rank-more-candidates: a PID on ranking p99 whose output is extra candidates/request."""
+
+    sla_p99_ms: Positive = 100.0
+    margin: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.8
+    """The PID aims at ``sla_p99_ms * margin`` so noise around the aim stays inside the SLA."""
+    kp: float = 0.05
+    """Candidates per ms of error (error = setpoint - p99, positive when latency is low)."""
+    ki: float = 0.02
+    """Candidates per ms of error per second."""
+    kd: float = 0.0
+    max_extra_candidates: Annotated[int, Meta(ge=0, le=10_000)] = 256
+    max_step: Positive | None = 16.0
+    """Largest raise of extra candidates per period."""
+    max_step_down: Positive | None = 64.0
+    """Largest PID cut per period (budget and overload cuts are immediate regardless)."""
+    integral_min: float | None = None
+    integral_max: float | None = None
+    candidates_per_cpu_unit_s: Positive = 2000.0
+    candidates_per_accel_unit_s: Positive = 5000.0
+    overload_cut: Annotated[float, Meta(ge=0.0, lt=1.0)] = 0.5
+    """When p99 exceeds the SLA itself, extra work is cut to this share of its last value."""
+    min_request_rate: Positive = 1.0
+    """Floor on the measured request rate when dividing the budget (no traffic seen != free)."""
+
+    @property
+    def setpoint_ms(self) -> float:
+        return self.sla_p99_ms * self.margin
+
+    def pid(self) -> PidConfig:
+        return PidConfig(kp=self.kp, ki=self.ki, kd=self.kd, setpoint=self.setpoint_ms,
+                         out_min=0.0, out_max=float(self.max_extra_candidates),
+                         max_step=self.max_step, max_step_down=self.max_step_down,
+                         integral_min=self.integral_min, integral_max=self.integral_max)
+
+
+class SbmConfig(_Config, frozen=True, kw_only=True):
+    """Serve-a-better-model: coverage from serviceable capacity, and segment estimates."""
+
+    sla_p99_ms: Positive = 250.0
+    max_coverage: Share = 0.5
+    headroom: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.8
+    """Share of serviceable powerful-model throughput that coverage may plan to use."""
+    powerful_rps_per_accel_unit: Positive = 20.0
+    trim_factor: Annotated[float, Meta(ge=0.0, lt=1.0)] = 0.7
+    """Coverage is multiplied by this each period the powerful pools' p99 exceeds its SLA."""
+    max_increase_per_period: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.05
+    max_segments: Annotated[int, Meta(ge=1, le=10_000)] = 256
+    prior_mean: float = 0.0
+    """Prior mean of a model's value before any outcome is seen anywhere."""
+    prior_std: Positive = 1.0
+    """Prior std of a segment's mean value around the model's fleet-wide mean."""
+    prior_obs_std: Positive = 1.0
+    """Assumed std of single outcome values before the data says otherwise."""
+    prior_obs_weight: Positive = 10.0
+    """Pseudo-observations behind ``prior_obs_std`` when estimating outcome noise."""
+    max_effective_n: Annotated[int, Meta(ge=1)] = 100_000
+    """Beyond this many outcomes, estimates become moving averages (they can track drift)."""
+
+
+def _segments(*pairs: tuple[float, float]) -> tuple[Segment, ...]:
+    return tuple(pairs)
+
+
+class AllocatorConfig(_Config, frozen=True, kw_only=True):
+    """How spare capacity is split between the levers (see ``allocator``)."""
+
+    cpu_per_accel_for_rma: Positive = 4.0
+    """RMA needs this many CPU units per accelerator unit (retrieval and features)."""
+    powerful_model_accelerators: tuple[str, ...] = ("a100", "h100", "h200")
+    """Accelerator types the powerful model can run on; SBM gets no other."""
+    rma_value_segments: tuple[Segment, ...] = _segments(
+        (8.0, 1.0), (16.0, 0.5), (32.0, 0.25), (64.0, 0.1))
+    sbm_value_segments: tuple[Segment, ...] = _segments(
+        (4.0, 1.5), (8.0, 0.8), (16.0, 0.3), (64.0, 0.1))
+
+    def __post_init__(self) -> None:
+        for name in ("rma_value_segments", "sbm_value_segments"):
+            values = [value for _, value in getattr(self, name)]
+            if any(b > a for a, b in itertools.pairwise(values)):
+                raise ValueError(f"{name}: value per unit must not increase from one segment "
+                                 f"to the next (diminishing returns), got {values}")
+
+
+class ControlConfig(_Config, frozen=True, kw_only=True):
+    """Everything the control core needs; the Faust app adds only Kafka settings."""
+
+    period_s: Positive = 10.0
+    ttl_s: Annotated[float, Meta(gt=0.0, le=86_400.0)] = 30.0
+    min_samples: Annotated[int, Meta(ge=1)] = 50
+    """A window with fewer latency samples than this does not move any controller."""
+    relative_accuracy: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.02
+    max_pools: Annotated[int, Meta(ge=1)] = 10_000
+    forget_pool_after_periods: Annotated[int, Meta(ge=1)] = 6
+    """A pool silent for this many periods is dropped from the window set."""
+    max_dt_periods: Annotated[float, Meta(ge=1.0)] = 3.0
+    """A PID step never integrates more than this many periods (e.g. after a long restart)."""
+    preemption_tombstone_s: Positive = 600.0
+    """How long a preemption blocks older grants of the same pool that arrive late."""
+    rma: RmaConfig = msgspec.field(default_factory=RmaConfig)
+    sbm: SbmConfig = msgspec.field(default_factory=SbmConfig)
+    allocator: AllocatorConfig = msgspec.field(default_factory=AllocatorConfig)
+
+    @property
+    def ttl_ms(self) -> int:
+        return round(self.ttl_s * 1000)
+
+    @property
+    def period_ms(self) -> int:
+        return round(self.period_s * 1000)
+
+
+def _convert(obj: Any, strict: bool, where: str) -> ControlConfig:
+    try:
+        return msgspec.convert(obj, ControlConfig, strict=strict)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def load_config(path: str | Path) -> ControlConfig:
+    """Read a TOML file; missing keys take defaults, unknown or bad keys raise ConfigError."""
+    path = Path(path)
+    try:
+        raw = msgspec.toml.decode(path.read_bytes())
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    return _convert(raw, strict=True, where=str(path))
+
+
+def with_overrides(config: ControlConfig, overrides: Mapping[str, Any]) -> ControlConfig:
+    """A copy of ``config`` with dotted keys replaced, e.g. ``{"rma.kp": 0.5}``.
+
+    Values may be strings (from a command line): they are converted to the field's type.
+    A comma-separated string sets a list field such as ``allocator.powerful_model_accelerators``.
+    """
+    tree = copy.deepcopy(msgspec.to_builtins(config))
+    for key in sorted(overrides):
+        node = tree
+        parts = key.split(".")
+        for depth, part in enumerate(parts):
+            if not isinstance(node, dict) or part not in node:
+                known = ", ".join(sorted(node)) if isinstance(node, dict) else "(not a table)"
+                raise ConfigError(f"unknown config key {key!r} (at {'.'.join(parts[:depth + 1])!r};"
+                                  f" known here: {known})")
+            if depth < len(parts) - 1:
+                node = node[part]
+        value = overrides[key]
+        if isinstance(node[parts[-1]], (list, tuple)) and isinstance(value, str):
+            value = [item.strip() for item in value.split(",") if item.strip()]
+        node[parts[-1]] = value
+    return _convert(tree, strict=False, where=f"overrides {sorted(overrides)}")

@@ -1,0 +1,300 @@
+"""ScopeController: the whole control loop of one scope (region), as plain method calls.
+
+The Faust agents, the offline replayer and the fleet simulator all drive this one class, so
+what runs live is what was replayed and simulated. Inputs are events plus ``now_ms``; outputs
+are ``ControlTargets``. No clock, no randomness, no I/O: the same calls in the same order give
+byte-identical targets.
+
+Two speeds (DESIGN invariant 3):
+
+- ``tick`` (every ``period_s``): close the latency windows, expire grants, allocate spare
+  capacity between the levers, step the RMA PID and the SBM coverage, emit targets.
+- ``on_preemption`` (fast path): drop the reclaimed capacity, re-allocate, and emit targets
+  clamped to what remains *now*. It only ever lowers optional work, and it lowers the PID's
+  held output and integral with it, so nothing springs back when the next tick runs.
+
+Restart (DESIGN invariant 5): ``snapshot()`` is a JSON-encodable ``ControllerState`` with the
+PID state, inventory, segment estimates, SBM coverage, epoch, the last targets and the rates
+the fast path needs. A controller built from it continues the epoch. Its first tick is held
+to at most the snapshot's last targets (extra candidates and coverage), with reason
+"restart": the open window died with the old process, so the first period after a restart
+acts on partial evidence, and a PID that was mid-ramp must not jump a step on it. From the
+second tick on, the usual step limits apply from there.
+
+Writers of agents: persist the snapshot before publishing the targets it produced, so a crash
+in between cannot make a restored controller reuse an epoch already on the wire.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from schemas.contract import (
+    CapacityEvent,
+    ControlTargets,
+    PreemptionNotice,
+    RmaTarget,
+    RoutingOutcome,
+    SbmTarget,
+    WindowReport,
+)
+from streams.control.allocator import Allocation, allocate
+from streams.control.config import ControlConfig
+from streams.control.inventory import CapacityVector, InventoryState, PoolInventory
+from streams.control.rma import RmaPolicy, RmaState, ranking_request_rate, rma_budget
+from streams.control.sbm import (
+    SbmPolicy,
+    SbmState,
+    SegmentEstimator,
+    SegmentState,
+    planned_rps,
+    sbm_target,
+)
+from streams.control.windows import WindowSet, WindowStats
+
+STATE_VERSION = 1
+Reason = Literal["period", "preemption", "restart"]
+
+
+class ScopeMismatch(ValueError):
+    """An event for another scope reached this controller (a routing bug upstream)."""
+
+
+class Observed(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """What the last tick measured that the fast path needs between ticks."""
+
+    ranking_rps: float = 0.0
+    """Requests/s on the ranking pools (model baseline)."""
+    total_rps: float = 0.0
+    """Requests/s over ranking and powerful pools: the traffic SBM coverage is a share of."""
+    powerful_capacity: dict[str, float] = {}
+    """Measured capacity_rps per opportunistic powerful-model pool id."""
+
+
+class ControllerState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """All state of a ScopeController that must survive a restart (JSON-encodable)."""
+
+    version: int = STATE_VERSION
+    scope: str
+    epoch: int = 0
+    last_tick_ms: int | None = None
+    last_targets: ControlTargets | None = None
+    rma: RmaState = msgspec.field(default_factory=RmaState)
+    sbm: SbmState = msgspec.field(default_factory=SbmState)
+    inventory: InventoryState = msgspec.field(default_factory=InventoryState)
+    segments: SegmentState = msgspec.field(default_factory=SegmentState)
+    observed: Observed = msgspec.field(default_factory=Observed)
+
+
+_state_encoder = msgspec.json.Encoder()
+_state_decoder = msgspec.json.Decoder(ControllerState)
+
+
+def encode_state(state: ControllerState) -> bytes:
+    return _state_encoder.encode(state)
+
+
+def decode_state(payload: bytes | str) -> ControllerState:
+    state = _state_decoder.decode(payload)
+    if state.version != STATE_VERSION:
+        raise ValueError(f"controller state version {state.version} is not {STATE_VERSION}")
+    return state
+
+
+class ScopeController:
+    """The control loop of one scope. See the module docstring for timing and restart rules."""
+
+    def __init__(self, scope: str, config: ControlConfig,
+                 state: ControllerState | None = None) -> None:
+        if state is not None and state.scope != scope:
+            raise ValueError(f"state of scope {state.scope!r} given to controller of {scope!r}")
+        self.scope = scope
+        self.config = config
+        restored = state is not None
+        state = state or ControllerState(scope=scope)
+        self._epoch = state.epoch
+        self._last_tick_ms = state.last_tick_ms
+        self._last_targets = state.last_targets
+        self._observed = state.observed
+        self._windows = WindowSet(config.min_samples, config.relative_accuracy,
+                                  max_pools=config.max_pools,
+                                  forget_after_periods=config.forget_pool_after_periods,
+                                  opened_ms=state.last_tick_ms)
+        self._inventory = PoolInventory(state.inventory,
+                                        tombstone_ms=round(config.preemption_tombstone_s * 1000))
+        self._rma = RmaPolicy(config.rma, state.rma)
+        self._sbm = SbmPolicy(config.sbm, state.sbm)
+        self._segments = SegmentEstimator(config.sbm, state.segments)
+        self._restart_ceiling: tuple[float, float] | None = None
+        if restored:
+            last = state.last_targets
+            self._restart_ceiling = ((float(last.rma.extra_candidates), last.sbm.coverage)
+                                     if last is not None else (0.0, 0.0))
+        self._last_windows: list[WindowStats] = []
+        self._alloc_cache: tuple[tuple[CapacityVector, float, float], Allocation] | None = None
+        self.last_allocation = Allocation()
+
+    # -- inputs --------------------------------------------------------------------------
+
+    def on_report(self, report: WindowReport, now_ms: int) -> None:
+        """Hot path: route into the pool's window (a dict lookup and a sketch merge)."""
+        if report.region != self.scope:
+            raise ScopeMismatch(f"WindowReport of region {report.region!r} sent to scope "
+                                f"{self.scope!r}")
+        self._windows.add(report)
+
+    def on_capacity(self, event: CapacityEvent, now_ms: int) -> None:
+        if event.region != self.scope:
+            raise ScopeMismatch(f"CapacityEvent of region {event.region!r} sent to scope "
+                                f"{self.scope!r}")
+        self._inventory.apply(event)
+
+    def on_outcome(self, outcome: RoutingOutcome, now_ms: int) -> None:
+        if outcome.scope != self.scope:
+            raise ScopeMismatch(f"RoutingOutcome of scope {outcome.scope!r} sent to scope "
+                                f"{self.scope!r}")
+        self._segments.observe(outcome)
+
+    # -- the fast path -------------------------------------------------------------------
+
+    def on_preemption(self, notice: PreemptionNotice, now_ms: int) -> ControlTargets:
+        """Drop the reclaimed capacity and emit targets clamped to what remains, now."""
+        if notice.region != self.scope:
+            raise ScopeMismatch(f"PreemptionNotice of region {notice.region!r} sent to scope "
+                                f"{self.scope!r}")
+        self._inventory.preempt(notice)
+        observed = self._observed
+        if not notice.replicas and notice.pool_id in observed.powerful_capacity:
+            capacity = dict(observed.powerful_capacity)
+            del capacity[notice.pool_id]
+            observed = msgspec.structs.replace(observed, powerful_capacity=capacity)
+            self._observed = observed
+        allocation = self._allocate(now_ms)
+        cfg = self.config
+        rma = self._rma.clamp(rma_budget(allocation, cfg.rma), observed.ranking_rps)
+        measured = sum(observed.powerful_capacity[k] for k in sorted(observed.powerful_capacity))
+        serviceable = planned_rps(measured, allocation.sbm_accel_units, cfg.sbm)
+        coverage = self._sbm.clamp(serviceable, observed.total_rps)
+        last = self._last_targets
+        if last is None:  # nothing issued yet: the fast path never raises optional work
+            rma, coverage = RmaTarget(extra_candidates=0, budget_units_per_s=0.0), 0.0
+            segments = {}
+        else:
+            rma = RmaTarget(extra_candidates=min(rma.extra_candidates,
+                                                 last.rma.extra_candidates),
+                            budget_units_per_s=min(rma.budget_units_per_s,
+                                                   last.rma.budget_units_per_s))
+            coverage = min(coverage, last.sbm.coverage)
+            segments = last.sbm.segments
+        return self._emit(now_ms, rma, sbm_target(coverage, segments), "preemption")
+
+    # -- the control period ----------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> ControlTargets:
+        """Close the period's windows and emit this period's targets."""
+        cfg = self.config
+        stats = self._windows.close(now_ms)
+        self._last_windows = stats
+        dt_s = self._dt_s(now_ms)
+        self._last_tick_ms = now_ms
+        self._inventory.expire(now_ms)
+        self._observed = self._observe(stats)
+        allocation = self._allocate(now_ms)
+        ceiling = self._restart_ceiling
+        self._restart_ceiling = None
+        rma = self._rma.step(stats, rma_budget(allocation, cfg.rma), dt_s,
+                             ceiling=None if ceiling is None else ceiling[0])
+        coverage = self._sbm.step(stats, allocation.sbm_accel_units, self._observed.total_rps,
+                                  ceiling=None if ceiling is None else ceiling[1])
+        sbm = sbm_target(coverage, self._segments.priorities())
+        return self._emit(now_ms, rma, sbm, "period" if ceiling is None else "restart")
+
+    def _dt_s(self, now_ms: int) -> float:
+        """Seconds since the last tick, kept within [0.1, max_dt_periods] periods."""
+        period = self.config.period_s
+        if self._last_tick_ms is None:
+            return period
+        dt = (now_ms - self._last_tick_ms) / 1000.0
+        return min(max(dt, 0.1 * period), self.config.max_dt_periods * period)
+
+    def _observe(self, stats: list[WindowStats]) -> Observed:
+        ranking = ranking_request_rate(stats)
+        powerful = [w for w in stats if w.model == "powerful"]
+        total = ranking + sum(w.request_rate for w in powerful)
+        capacity = {w.pool_id: w.capacity_rps for w in powerful
+                    if w.tier == "opportunistic" and w.capacity_rps > 0}
+        return Observed(ranking_rps=ranking, total_rps=total, powerful_capacity=capacity)
+
+    def _allocate(self, now_ms: int) -> Allocation:
+        """Allocation of the scope's live capacity (re-solved only when capacity changed)."""
+        capacity = self._inventory.available(self.scope, now_ms)
+        rma_max, sbm_max = self._demand_units()
+        key = (capacity, rma_max, sbm_max)
+        cached = self._alloc_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        allocation = allocate(capacity, self.config.allocator, rma_max_units=rma_max,
+                              sbm_max_units=sbm_max)
+        self._alloc_cache = (key, allocation)
+        self.last_allocation = allocation
+        return allocation
+
+    def _demand_units(self) -> tuple[float, float]:
+        """Accelerator units each lever could use at the last measured traffic.
+
+        RMA: enough to pay for ``max_extra_candidates`` on every ranking request. SBM: enough
+        to serve ``max_coverage`` of all requests within the headroom. Capacity past these is
+        worth nothing now, so the allocator does not hand it to a lever that cannot use it.
+        """
+        rma, sbm, seen = self.config.rma, self.config.sbm, self._observed
+        per_unit = min(self.config.allocator.cpu_per_accel_for_rma * rma.candidates_per_cpu_unit_s,
+                       rma.candidates_per_accel_unit_s)
+        rma_units = rma.max_extra_candidates * seen.ranking_rps / per_unit
+        sbm_units = (sbm.max_coverage * seen.total_rps
+                     / (sbm.headroom * sbm.powerful_rps_per_accel_unit))
+        return round(rma_units, 9), round(sbm_units, 9)
+
+    def _emit(self, now_ms: int, rma: RmaTarget, sbm: SbmTarget, reason: Reason) -> ControlTargets:
+        self._epoch += 1
+        targets = ControlTargets(scope=self.scope, epoch=self._epoch, issued_at_ms=now_ms,
+                                 ttl_ms=self.config.ttl_ms, rma=rma, sbm=sbm,
+                                 reason=reason)
+        self._last_targets = targets
+        return targets
+
+    # -- state and telemetry -----------------------------------------------------------------
+
+    def snapshot(self) -> ControllerState:
+        return ControllerState(scope=self.scope, epoch=self._epoch,
+                               last_tick_ms=self._last_tick_ms, last_targets=self._last_targets,
+                               rma=self._rma.state, sbm=self._sbm.state,
+                               inventory=self._inventory.state, segments=self._segments.state,
+                               observed=self._observed)
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def last_windows(self) -> list[WindowStats]:
+        """Windows closed by the last tick (sorted by pool id)."""
+        return self._last_windows
+
+    @property
+    def last_targets(self) -> ControlTargets | None:
+        return self._last_targets
+
+    @property
+    def capacity(self) -> CapacityVector:
+        """Live capacity as of the last tick or event time seen (for telemetry)."""
+        return self._inventory.available(self.scope, self._last_tick_ms or 0)
+
+    @property
+    def rma_policy(self) -> RmaPolicy:
+        return self._rma
+
+    @property
+    def sbm_policy(self) -> SbmPolicy:
+        return self._sbm

@@ -1,0 +1,102 @@
+"""RMA policy: how many extra candidates each ranking request may score.
+
+A PID holds the ranking pools' p99 at ``sla_p99_ms * margin``: while p99 is below that aim the
+error (``setpoint - p99``) is positive and extra candidates rise; above it they fall. The
+measurement is the *worst* p99 among ranking pools (model ``baseline``) whose window has
+enough samples: one hot pool is enough to breach the SLA for its users.
+
+Isolation is logical (extra candidates run on the same replicas as baseline work), so a budget
+caps the extra work: ``extra_candidates * request_rate <= budget_units_per_s``, where the budget
+comes from the capacity the allocator gave RMA. The cap is a hard ceiling on the PID, not a
+post-hoc clamp, so the integral cannot wind up behind it; when the budget falls the target
+falls with it in the same period, without waiting for a PID ramp. When p99 breaches the SLA
+itself (not just the aim), extra work is cut multiplicatively at once.
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+
+from schemas.contract import RmaTarget
+from streams.control.allocator import Allocation
+from streams.control.config import RmaConfig
+from streams.control.pid import Pid, PidState
+from streams.control.windows import WindowStats
+
+
+class RmaState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    pid: PidState = msgspec.field(default_factory=PidState)
+
+
+def rma_budget(allocation: Allocation, config: RmaConfig) -> float:
+    """Extra candidates per second the allocated CPU and accelerators can score."""
+    return min(allocation.rma_cpu * config.candidates_per_cpu_unit_s,
+               allocation.rma_accel_units * config.candidates_per_accel_unit_s)
+
+
+def ranking_request_rate(stats: list[WindowStats]) -> float:
+    """Requests per second over the ranking pools (model ``baseline``), in pool-id order."""
+    return sum(w.request_rate for w in sorted(stats, key=lambda w: w.pool_id)
+               if w.model == "baseline")
+
+
+def worst_p99(stats: list[WindowStats], model: str) -> float | None:
+    """Worst p99 among windows of ``model`` with enough samples; None when none qualifies."""
+    judged = [w.p99_ms for w in stats if w.model == model and w.enough_samples]
+    return max(judged) if judged else None
+
+
+class RmaPolicy:
+    """One step per control period: stats and budget in, ``RmaTarget`` out."""
+
+    def __init__(self, config: RmaConfig, state: RmaState | None = None) -> None:
+        self.config = config
+        self.pid = Pid(config.pid(), (state or RmaState()).pid)
+        self.last_p99_ms: float | None = None
+
+    def cap(self, budget_units_per_s: float, request_rate: float) -> float:
+        """Most extra candidates per request the budget pays for at this request rate."""
+        if budget_units_per_s <= 0:
+            return 0.0
+        per_request = budget_units_per_s / max(request_rate, self.config.min_request_rate)
+        return min(float(self.config.max_extra_candidates), per_request)
+
+    def step(self, stats: list[WindowStats], budget_units_per_s: float, dt_s: float, *,
+             ceiling: float | None = None) -> RmaTarget:
+        """Advance the PID on this period's ranking windows.
+
+        ``ceiling`` is an extra upper bound from the caller (the first period after a restart
+        is held to what was issued before it). With no window of enough samples the output
+        is held, still under the budget cap.
+        """
+        budget = max(0.0, budget_units_per_s)
+        high = self.cap(budget, ranking_request_rate(stats))
+        if ceiling is not None:
+            high = min(high, ceiling)
+        p99 = worst_p99(stats, "baseline")
+        self.last_p99_ms = p99
+        if p99 is None:
+            self.pid.limit(high)
+        else:
+            if p99 > self.config.sla_p99_ms:
+                high = min(high, self.pid.output * self.config.overload_cut)
+                self.pid.limit(high)
+            self.pid.update(p99, dt_s, limit_high=high)
+        return self._target(budget, high)
+
+    def clamp(self, budget_units_per_s: float, request_rate: float) -> RmaTarget:
+        """Fast path: lower the held output to what the budget still pays for, no PID step."""
+        budget = max(0.0, budget_units_per_s)
+        high = self.cap(budget, request_rate)
+        self.pid.limit(high)
+        return self._target(budget, high)
+
+    def _target(self, budget: float, high: float) -> RmaTarget:
+        extra = min(math.floor(self.pid.output + 1e-9), math.floor(high + 1e-9))
+        return RmaTarget(extra_candidates=max(0, extra), budget_units_per_s=budget)
+
+    @property
+    def state(self) -> RmaState:
+        return RmaState(pid=self.pid.state)

@@ -1,0 +1,190 @@
+"""SBM policy: what share of requests the powerful model serves, and which segments first.
+
+Coverage follows what the powerful model can actually serve:
+``min(max_coverage, headroom * serviceable_rps / request_rps)``, where ``serviceable_rps`` is the
+measured capacity of the opportunistic powerful-model pools, limited by the accelerator units
+the allocator gave SBM (``sbm_accel * powerful_rps_per_accel_unit``): replicas still reporting
+after their grant is gone do not count. Coverage rises by at most ``max_increase_per_period``
+per period, falls to the capacity bound at once, and is trimmed multiplicatively while the
+powerful pools' p99 exceeds their own SLA. No powerful capacity means zero coverage.
+
+``SegmentEstimator`` learns, per segment, how much better the powerful model's outcomes are
+than the baseline's: a Normal-Normal posterior per (segment, model) whose prior is the model's
+fleet-wide mean, so a segment seen on one model only is compared with the other model's
+fleet-wide value rather than with zero. Clients use ``gain_mean``/``gain_std`` to decide which
+segments to cover first and how much to explore.
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+
+from schemas.contract import RoutingOutcome, SbmTarget, SegmentPriority
+from streams.control.config import SbmConfig
+from streams.control.windows import WindowStats
+
+_GAIN_BOUND = 1e6
+
+
+class SbmState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    coverage: float = 0.0
+
+
+def serviceable_rps(stats: list[WindowStats], sbm_accel_units: float,
+                    config: SbmConfig) -> float:
+    """Powerful-model throughput we may plan on: measured, limited by the allocation."""
+    measured = sum(w.capacity_rps for w in sorted(stats, key=lambda w: w.pool_id)
+                   if w.model == "powerful" and w.tier == "opportunistic")
+    return planned_rps(measured, sbm_accel_units, config)
+
+
+def planned_rps(measured_rps: float, sbm_accel_units: float, config: SbmConfig) -> float:
+    """Measured powerful-model capacity, limited by what SBM's allocation pays for."""
+    return min(measured_rps, max(0.0, sbm_accel_units) * config.powerful_rps_per_accel_unit)
+
+
+class SbmPolicy:
+    """One step per control period: powerful-pool windows and allocation in, coverage out."""
+
+    def __init__(self, config: SbmConfig, state: SbmState | None = None) -> None:
+        self.config = config
+        self.coverage = (state or SbmState()).coverage
+
+    def cap(self, serviceable: float, request_rps: float) -> float | None:
+        """Coverage the capacity supports; None when traffic is unknown (no basis to raise)."""
+        if serviceable <= 0:
+            return 0.0
+        if request_rps <= 0:
+            return None
+        return min(self.config.max_coverage, self.config.headroom * serviceable / request_rps)
+
+    def step(self, stats: list[WindowStats], sbm_accel_units: float, request_rps: float, *,
+             ceiling: float | None = None) -> float:
+        """New coverage. ``stats`` may hold every window; only powerful pools are read."""
+        cfg = self.config
+        cap = self.cap(serviceable_rps(stats, sbm_accel_units, cfg), request_rps)
+        judged = [w.p99_ms for w in stats if w.model == "powerful" and w.enough_samples]
+        if cap is None:
+            cap = min(self.coverage, cfg.max_coverage)
+        if not judged:
+            wanted = self.coverage                              # no evidence: hold
+        elif max(judged) > cfg.sla_p99_ms:
+            wanted = self.coverage * cfg.trim_factor            # powerful pools too slow: trim
+        else:
+            wanted = self.coverage + cfg.max_increase_per_period
+        if ceiling is not None:
+            cap = min(cap, ceiling)
+        self.coverage = max(0.0, min(wanted, cap, 1.0))
+        return self.coverage
+
+    def clamp(self, serviceable: float, request_rps: float) -> float:
+        """Fast path: lower coverage to what remaining capacity supports; never raises it."""
+        cap = self.cap(serviceable, request_rps)
+        if cap is not None:
+            self.coverage = max(0.0, min(self.coverage, cap))
+        return self.coverage
+
+    @property
+    def state(self) -> SbmState:
+        return SbmState(coverage=self.coverage)
+
+
+class ModelStats(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Running mean and (population) variance of one model's outcome values."""
+
+    n: int = 0
+    mean: float = 0.0
+    var: float = 0.0
+
+
+def _observe(stats: ModelStats, value: float, max_n: int) -> ModelStats:
+    """Welford's update; past ``max_n`` it becomes an exponentially weighted one."""
+    n = stats.n + 1
+    w = 1.0 / min(n, max_n)
+    delta = value - stats.mean
+    return ModelStats(n=n, mean=stats.mean + w * delta, var=(1.0 - w) * (stats.var + w * delta
+                                                                       * delta))
+
+
+class SegmentStats(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    baseline: ModelStats = ModelStats()
+    powerful: ModelStats = ModelStats()
+
+    @property
+    def observations(self) -> int:
+        return self.baseline.n + self.powerful.n
+
+
+class SegmentState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    fleet: SegmentStats = SegmentStats()
+    segments: dict[str, SegmentStats] = {}
+
+
+class SegmentEstimator:
+    """Per-segment posterior of the powerful model's incremental gain; bounded in segments."""
+
+    def __init__(self, config: SbmConfig, state: SegmentState | None = None) -> None:
+        self.config = config
+        state = state or SegmentState()
+        self._fleet = state.fleet
+        self._segments: dict[str, SegmentStats] = dict(state.segments)
+
+    def observe(self, outcome: RoutingOutcome) -> None:
+        """Fold one outcome in; a new segment beyond the bound evicts the least observed."""
+        max_n = self.config.max_effective_n
+        seg = self._segments.get(outcome.segment)
+        if seg is None:
+            if len(self._segments) >= self.config.max_segments:
+                victim = min(self._segments,
+                             key=lambda name: (self._segments[name].observations, name))
+                del self._segments[victim]
+            seg = SegmentStats()
+        if outcome.model == "powerful":
+            seg = SegmentStats(baseline=seg.baseline,
+                               powerful=_observe(seg.powerful, outcome.value, max_n))
+            fleet = SegmentStats(baseline=self._fleet.baseline,
+                                 powerful=_observe(self._fleet.powerful, outcome.value, max_n))
+        else:
+            seg = SegmentStats(baseline=_observe(seg.baseline, outcome.value, max_n),
+                               powerful=seg.powerful)
+            fleet = SegmentStats(baseline=_observe(self._fleet.baseline, outcome.value, max_n),
+                                 powerful=self._fleet.powerful)
+        self._segments[outcome.segment] = seg
+        self._fleet = fleet
+
+    def _posterior(self, stats: ModelStats, prior: ModelStats) -> tuple[float, float]:
+        """(mean, variance) of a model's mean value in one segment."""
+        cfg = self.config
+        prior_mean = prior.mean if prior.n else cfg.prior_mean
+        n = min(stats.n, cfg.max_effective_n)
+        noise = ((n * stats.var + cfg.prior_obs_weight * cfg.prior_obs_std ** 2)
+                 / (n + cfg.prior_obs_weight))
+        precision = 1.0 / cfg.prior_std ** 2 + n / noise
+        mean = (prior_mean / cfg.prior_std ** 2 + n * stats.mean / noise) / precision
+        return mean, 1.0 / precision
+
+    def priority(self, name: str) -> SegmentPriority:
+        seg = self._segments[name]
+        mean_p, var_p = self._posterior(seg.powerful, self._fleet.powerful)
+        mean_b, var_b = self._posterior(seg.baseline, self._fleet.baseline)
+        gain = max(-_GAIN_BOUND, min(_GAIN_BOUND, mean_p - mean_b))
+        std = min(_GAIN_BOUND, math.sqrt(var_p + var_b))
+        return SegmentPriority(gain_mean=gain, gain_std=std, observations=seg.observations)
+
+    def priorities(self) -> dict[str, SegmentPriority]:
+        """Every tracked segment's priority, keyed in name order (stable encoding)."""
+        return {name: self.priority(name) for name in sorted(self._segments)}
+
+    def __len__(self) -> int:
+        return len(self._segments)
+
+    @property
+    def state(self) -> SegmentState:
+        return SegmentState(fleet=self._fleet,
+                            segments={k: self._segments[k] for k in sorted(self._segments)})
+
+
+def sbm_target(coverage: float, segments: dict[str, SegmentPriority]) -> SbmTarget:
+    return SbmTarget(coverage=max(0.0, min(1.0, coverage)), segments=segments)

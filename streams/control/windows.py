@@ -1,0 +1,185 @@
+"""Latency windows: every WindowReport of one control period, merged per pool.
+
+Workers report every second or so; the control loop acts every ``period_s``. A window sums what
+the reports say about one pool over one period and, at ``close``, answers with ``WindowStats``:
+the merged latency quantiles and the pool's rates. ``add`` runs once per report on the hot path
+(hundreds of thousands per second in offline replay), so it does only a sketch merge and a few
+additions; everything derived is computed once, at ``close``.
+
+A window whose merged sketch holds fewer than ``min_samples`` latencies says so
+(``enough_samples=False``). Controllers hold their output on such a window: a p99 of a handful
+of requests is noise, and acting on noise is how control loops oscillate.
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+
+from schemas.contract import WindowReport
+from schemas.sketch import DEFAULT_RELATIVE_ACCURACY, SketchMerger
+
+
+class WindowStats(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """One pool over one control period.
+
+    ``start_ms``/``end_ms`` bound the control period. Rates are per second over the span the
+    reports themselves cover (earliest report start to latest report end), which stays right
+    when a pool starts mid-period or reports arrive late. Quantiles are 0.0 when ``samples``
+    is 0 (JSON has no NaN); read ``enough_samples`` before trusting them.
+    """
+
+    pool_id: str
+    region: str
+    model: str
+    tier: str
+    accelerator: str
+    start_ms: int
+    end_ms: int
+    reports: int
+    samples: int
+    p50_ms: float
+    p99_ms: float
+    request_rate: float
+    baseline_rate: float
+    optional_done_rate: float
+    shed_rate: float
+    """Optional units shed per second, all reasons together."""
+    utilisation: float
+    """Mean utilisation over the period's reports."""
+    capacity_rps: float
+    """Sum over workers of each worker's latest reported capacity."""
+    enough_samples: bool
+
+
+class LatencyWindow:
+    """Accumulates one pool's reports; ``close`` returns the stats and starts a new period."""
+
+    __slots__ = ("_capacity", "_first_start", "_last_end", "_merger", "_util", "accelerator",
+                 "baseline", "done", "min_samples", "model", "pool_id", "region", "reports",
+                 "requests", "shed", "silent_periods", "tier")
+
+    def __init__(self, pool_id: str, region: str, model: str, tier: str, accelerator: str,
+                 min_samples: int, relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY) -> None:
+        self.pool_id = pool_id
+        self.region = region
+        self.model = model
+        self.tier = tier
+        self.accelerator = accelerator
+        self.min_samples = min_samples
+        self._merger = SketchMerger(relative_accuracy)
+        self._capacity: dict[str, float] = {}
+        self.silent_periods = 0
+        self._clear()
+
+    @classmethod
+    def for_report(cls, report: WindowReport, min_samples: int,
+                   relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY) -> LatencyWindow:
+        return cls(report.pool_id, report.region, report.model, report.tier, report.accelerator,
+                   min_samples, relative_accuracy)
+
+    def _clear(self) -> None:
+        self.reports = self.requests = self.baseline = self.done = self.shed = 0
+        self._util = 0.0
+        self._first_start = math.inf
+        self._last_end = -math.inf
+        self._capacity.clear()
+        self._merger.reset()
+
+    def add(self, report: WindowReport) -> None:
+        """Merge one report. Raises ``SketchMismatch`` (before changing anything) on a sketch
+        of another relative accuracy, so the caller can dead-letter it."""
+        self._merger.add(report.latency_ms)
+        self.reports += 1
+        self.requests += report.requests
+        self.baseline += report.baseline_requests
+        self.done += report.optional_units_done
+        if report.optional_units_shed:
+            self.shed += sum(report.optional_units_shed.values())
+        self._util += report.utilisation
+        self._capacity[report.worker_id] = report.capacity_rps
+        if report.window_start_ms < self._first_start:
+            self._first_start = report.window_start_ms
+        if report.window_end_ms > self._last_end:
+            self._last_end = report.window_end_ms
+
+    def close(self, start_ms: int, end_ms: int) -> WindowStats:
+        """The period's stats; the window is empty again afterwards."""
+        span_ms = self._last_end - self._first_start
+        if not span_ms > 0:
+            span_ms = max(end_ms - start_ms, 1)
+        per_s = 1000.0 / span_ms
+        merger = self._merger
+        samples = merger.count
+        capacity = 0.0
+        for worker in sorted(self._capacity):
+            capacity += self._capacity[worker]
+        stats = WindowStats(
+            pool_id=self.pool_id, region=self.region, model=self.model, tier=self.tier,
+            accelerator=self.accelerator, start_ms=start_ms, end_ms=end_ms,
+            reports=self.reports, samples=samples,
+            p50_ms=merger.quantile(0.5) if samples else 0.0,
+            p99_ms=merger.quantile(0.99) if samples else 0.0,
+            request_rate=self.requests * per_s, baseline_rate=self.baseline * per_s,
+            optional_done_rate=self.done * per_s, shed_rate=self.shed * per_s,
+            utilisation=self._util / self.reports if self.reports else 0.0,
+            capacity_rps=capacity, enough_samples=samples >= self.min_samples)
+        self.silent_periods = 0 if self.reports else self.silent_periods + 1
+        self._clear()
+        return stats
+
+
+class TooManyPools(ValueError):
+    """A report names a new pool while the window set is full (hostile or runaway pool ids)."""
+
+
+class WindowSet:
+    """One ``LatencyWindow`` per pool id: routes reports, closes every window at period end."""
+
+    def __init__(self, min_samples: int, relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY,
+                 *, max_pools: int = 10_000, forget_after_periods: int = 6,
+                 opened_ms: int | None = None) -> None:
+        self.min_samples = min_samples
+        self.relative_accuracy = relative_accuracy
+        self.max_pools = max_pools
+        self.forget_after_periods = forget_after_periods
+        self.opened_ms = opened_ms
+        self._windows: dict[str, LatencyWindow] = {}
+
+    def add(self, report: WindowReport) -> None:
+        window = self._windows.get(report.pool_id)
+        if window is None:
+            window = self._open(report)
+        window.add(report)
+
+    def _open(self, report: WindowReport) -> LatencyWindow:
+        if len(self._windows) >= self.max_pools:
+            raise TooManyPools(f"pool {report.pool_id!r} would exceed max_pools="
+                               f"{self.max_pools}")
+        window = LatencyWindow.for_report(report, self.min_samples, self.relative_accuracy)
+        self._windows[report.pool_id] = window
+        if self.opened_ms is None:
+            self.opened_ms = report.window_start_ms
+        return window
+
+    def close(self, now_ms: int) -> list[WindowStats]:
+        """Stats of every known pool (sorted by pool id), then a new period starts at now_ms.
+
+        Pools silent for ``forget_after_periods`` closes are dropped, which bounds memory when
+        pools come and go.
+        """
+        start_ms = self.opened_ms if self.opened_ms is not None else now_ms
+        start_ms = min(start_ms, now_ms)
+        stats = [self._windows[pool].close(start_ms, now_ms) for pool in sorted(self._windows)]
+        for pool in [p for p, w in self._windows.items()
+                     if w.silent_periods >= self.forget_after_periods]:
+            del self._windows[pool]
+        self.opened_ms = now_ms
+        return stats
+
+    def __len__(self) -> int:
+        return len(self._windows)
+
+    def __contains__(self, pool_id: object) -> bool:
+        return pool_id in self._windows
