@@ -1,0 +1,116 @@
+"""The client's per-request decision: RMA count and SBM pool, every cut counted with a reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.policy.helpers import T0, targets
+from workers.api import ServerState
+from workers.client.config import ClientConfig
+from workers.client.decision import Decider
+from workers.policy.client_shed import ShedConfig
+from workers.policy.routing import RouterConfig
+from workers.policy.signing import sign
+
+BASE = "http://127.0.0.1:1"
+POWER = "http://127.0.0.1:2"
+
+
+def _decider(powerful: bool = True, **kw: object) -> Decider:
+    config = ClientConfig(scope="eu1", baseline_urls=[BASE],
+                          powerful_urls=[POWER] if powerful else [], **kw)  # type: ignore[arg-type]
+    return Decider(config)
+
+
+def test_without_targets_every_request_is_baseline_with_no_extras() -> None:
+    decider = _decider()
+    for i in range(100):
+        d = decider.decide("s", 500, T0 + i)
+        assert (d.model, d.extra, d.targets_reason) == ("baseline", 0, "no_targets")
+    assert decider.counters["baseline_only"] == {"no_targets": 100}
+
+
+def test_extras_follow_the_target_and_what_the_caller_has() -> None:
+    decider = _decider(powerful=False)
+    decider.offer(targets(extra=64, budget=1e6), T0)
+    decider.decide("s", 500, T0)               # the budget bucket starts empty, then fills
+    assert decider.decide("s", 500, T0 + 1_000).extra == 64
+    assert decider.decide("s", 10, T0 + 1_000).extra == 10
+    assert decider.decide("s", 0, T0 + 1_000).extra == 0
+
+
+def test_budget_caps_extras_and_the_cut_is_counted() -> None:
+    decider = _decider(powerful=False, rma_budget_share=0.5, rma_burst_s=1.0)
+    decider.offer(targets(extra=64, budget=200.0), T0)   # this client: 100 units/s
+    decider.decide("s", 500, T0)
+    granted = sum(decider.decide("s", 500, T0 + 1_000).extra for _ in range(10))
+    assert granted == 100
+    assert decider.counters["rma_granted"]["units"] == 100
+    assert decider.counters["rma_shed"]["budget"] == 11 * 64 - 100   # incl. the empty start
+
+
+def test_struggling_worker_shrinks_extras_and_coverage_and_counts_both() -> None:
+    decider = _decider(shed=ShedConfig(level_factors=(0.5, 0.5, 0.5)),
+                       router=RouterConfig(explore_rate=0.0))
+    decider.offer(targets(extra=64, budget=1e9, coverage=0.6), T0)
+    decider.decide("s", 500, T0)
+    decider.observe(ServerState(queue_delay_ms=1.0, in_flight=1, shedding_level=3), T0 + 1)
+    ds = [decider.decide("s", 500, T0 + 2) for _ in range(20_000)]
+    assert {d.extra for d in ds} == {32}
+    assert decider.counters["rma_shed"]["overload"] == 32 * 20_000
+    powerful = sum(d.model == "powerful" for d in ds) / len(ds)
+    assert powerful == pytest.approx(0.3, abs=0.02)
+    assert decider.counters["sbm_shed"]["overload"] == pytest.approx(0.3 * 20_000, rel=0.1)
+
+
+def test_coverage_is_met_and_counted_by_exploit_and_explore() -> None:
+    decider = _decider()
+    decider.offer(targets(coverage=0.25, segments={"a": (0.1, 0.01), "b": (0.0, 0.01)}), T0)
+    ds = [decider.decide("ab"[i % 2], 0, T0) for i in range(40_000)]
+    assert sum(d.model == "powerful" for d in ds) / len(ds) == pytest.approx(0.25, abs=0.01)
+    routed = decider.counters["sbm_routed"]
+    assert routed["explored"] / (routed["explored"] + routed["exploited"]) == \
+        pytest.approx(0.05, abs=0.01)
+
+
+def test_without_a_powerful_pool_nothing_is_routed_powerful() -> None:
+    decider = _decider(powerful=False)
+    decider.offer(targets(coverage=1.0), T0)
+    assert all(decider.decide("s", 0, T0).model == "baseline" for _ in range(1_000))
+
+
+def test_expired_targets_go_back_to_baseline_only() -> None:
+    decider = _decider()
+    decider.offer(targets(coverage=1.0, extra=8, ttl_ms=1_000), T0)
+    assert decider.decide("s", 100, T0 + 500).model == "powerful"
+    d = decider.decide("s", 100, T0 + 1_000)
+    assert (d.model, d.extra, d.targets_reason) == ("baseline", 0, "expired")
+
+
+def test_signing_key_refuses_unsigned_targets_and_takes_signed_ones() -> None:
+    config = ClientConfig(scope="eu1", baseline_urls=[BASE], powerful_urls=[POWER])
+    decider = Decider(config, signing_key=b"k")
+    assert decider.offer(targets(coverage=1.0), T0).reason == "unsigned"
+    assert decider.decide("s", 0, T0).model == "baseline"
+    assert decider.offer(sign(targets(coverage=1.0), b"k"), T0).accepted
+    assert decider.decide("s", 0, T0).model == "powerful"
+
+
+def test_config_loads_from_toml_with_nested_policies_and_names_bad_keys() -> None:
+    import msgspec
+
+    config = msgspec.toml.decode(b"""
+scope = "eu1"
+baseline_urls = ["http://10.0.0.1:8080"]
+powerful_urls = ["http://10.0.0.2:8080"]
+[router]
+explore_rate = 0.1
+[limits]
+max_coverage = 0.5
+""", type=ClientConfig)
+    assert config.router.explore_rate == 0.1 and config.limits.max_coverage == 0.5
+    with pytest.raises(msgspec.ValidationError, match="explore_rat"):
+        msgspec.toml.decode(b'scope="eu1"\nbaseline_urls=["http://a"]\n[router]\nexplore_rat=1\n',
+                            type=ClientConfig)
+    with pytest.raises(msgspec.ValidationError, match="baseline_urls"):
+        msgspec.toml.decode(b'scope="eu1"\nbaseline_urls=["ftp://a"]\n', type=ClientConfig)

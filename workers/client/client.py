@@ -1,0 +1,280 @@
+"""`RankingClient`: what a ranking service embeds to send its requests to Surplus workers.
+
+Per request it decides (no I/O, see `decision.py`) how many extra candidates to send and whether
+the powerful pool serves it, calls the worker over HTTP, and falls back to the baseline pool when
+the powerful call fails or runs out of its share of the deadline — so losing opportunistic
+capacity only ever costs optional work. It feeds every worker's load signals into client-side
+shedding, learns per-segment gains from the values it observes, and publishes one
+RoutingOutcome per request so the control plane learns too.
+
+Targets arrive on a background thread (`TargetsFeed`) and are applied on the event loop, so all
+policy state is touched from one thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import aiohttp
+import msgspec
+from confluent_kafka import KafkaError, Producer
+
+from schemas.codec import ContractError
+from schemas.codec import encode as encode_event
+from schemas.contract import ControlTargets, DeadLetter, RoutingOutcome
+from schemas.kafka_config import KafkaSettings
+from workers.api import RANK_PATH, Candidate, RankRequest, RankResponse, decode_response, encode
+from workers.client.config import ClientConfig
+from workers.client.decision import Decider, Decision
+from workers.client.feed import TargetsFeed, wall_ms
+from workers.policy.routing import Model
+
+OutcomeValue = Callable[[RankRequest, RankResponse], float]
+VALUE_BOUND = 1e6
+
+
+def top_score_value(request: RankRequest, response: RankResponse) -> float:
+    """Default observed value: the request's value signal times its best score. A service with
+    a real outcome signal (clicks, dwell, revenue) passes its own `outcome_value`."""
+    best = max(response.scores, default=0.0)
+    return request.value * best
+
+
+class RankingError(RuntimeError):
+    """The baseline pool could not serve a request (`reason` says why)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"baseline call failed: {reason}")
+        self.reason = reason
+
+
+class RankResult(msgspec.Struct, frozen=True):
+    """One served request: the worker's response and what the client decided and observed."""
+
+    response: RankResponse
+    decision: Decision
+    fell_back: str | None
+    value: float
+    latency_ms: float
+
+
+class _CallFailed(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class RankingClient:
+    """Decides, calls the worker pools, falls back, sheds, learns and reports, per request."""
+
+    def __init__(self, config: ClientConfig, kafka: KafkaSettings | None = None, *,
+                 signing_key: bytes | str | None = None,
+                 outcome_value: OutcomeValue = top_score_value,
+                 clock: Callable[[], int] = wall_ms) -> None:
+        self.config = config
+        self.kafka = kafka
+        self.decider = Decider(config, signing_key)
+        self._outcome_value = outcome_value
+        self._clock = clock
+        self._urls: dict[Model, Iterator[str]] = {
+            "baseline": itertools.cycle([u.rstrip("/") + RANK_PATH for u in config.baseline_urls]),
+            "powerful": itertools.cycle([u.rstrip("/") + RANK_PATH
+                                         for u in config.powerful_urls or config.baseline_urls]),
+        }
+        self._session: aiohttp.ClientSession | None = None
+        self._producer: Producer | None = None
+        self._feed: TargetsFeed | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the HTTP pool, the outcome producer and the targets feed; wait (bounded) until
+        the feed has read the targets topic to its end, so the first requests use targets."""
+        self._loop = asyncio.get_running_loop()
+        connector = aiohttp.TCPConnector(limit_per_host=self.config.max_connections)
+        self._session = aiohttp.ClientSession(connector=connector)
+        if self.kafka is None:
+            return
+        self._producer = Producer(self.kafka.producer(**{"client.id": "surplus-ranking-client"}))
+        self._feed = TargetsFeed(self.kafka, self.config.scope, self._from_feed,
+                                 self._send_dead_letter)
+        self._feed.start()
+        if self.config.catch_up_timeout_s > 0:
+            caught_up = await asyncio.to_thread(self._feed.caught_up.wait,
+                                                self.config.catch_up_timeout_s)
+            if not caught_up:
+                self.decider.bump("feed", "catch_up_timeout")
+
+    async def close(self) -> None:
+        if self._feed is not None:
+            await asyncio.to_thread(self._feed.stop)
+        if self._session is not None:
+            await self._session.close()
+        if self._producer is not None:
+            undelivered = await asyncio.to_thread(self._producer.flush, 5.0)
+            if undelivered:
+                self.decider.bump("outcomes", "undelivered_at_close", undelivered)
+
+    async def __aenter__(self) -> RankingClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _from_feed(self, targets: ControlTargets) -> None:
+        """Feed thread -> event loop: policy state is only touched on the loop."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):     # loop closing under us
+                loop.call_soon_threadsafe(self.apply_targets, targets)
+
+    def apply_targets(self, targets: ControlTargets) -> None:
+        """Offer a targets message to the target state (also usable without Kafka)."""
+        self.decider.offer(targets, self._clock())
+
+    # ---- per request -------------------------------------------------------------------------
+
+    async def rank(self, *, segment: str, value: float, candidates: Sequence[Candidate],
+                   base_count: int, dense: Sequence[float] = (),
+                   deadline_ms: float | None = None, request_id: str | None = None) -> RankResult:
+        """Rank one request: the first `base_count` candidates are baseline work, the rest are
+        offered as optional extra candidates (RMA) within the targets, allowance and budget."""
+        started = time.perf_counter()
+        base_count = min(base_count, len(candidates))
+        decision = self.decider.decide(segment, len(candidates) - base_count, self._clock())
+        deadline = deadline_ms or self.config.default_deadline_ms
+        request = RankRequest(request_id=request_id or uuid.uuid4().hex, segment=segment,
+                              value=value, deadline_ms=deadline, dense=list(dense),
+                              candidates=list(candidates[:base_count + decision.extra]),
+                              base_count=base_count)
+        fell_back = None
+        response: RankResponse | None = None
+        if decision.model == "powerful":
+            budget_s = deadline * self.config.powerful_deadline_share / 1000.0
+            try:
+                response = await self._call("powerful", request, budget_s)
+            except _CallFailed as failed:
+                fell_back = failed.reason
+                self.decider.bump("fallback", failed.reason)
+                self.decider.bump("rma_shed", "fallback", decision.extra)
+        if response is None:
+            response = await self._baseline(request, started, fell_back is not None)
+        return self._finish(request, response, decision, fell_back, started)
+
+    async def _baseline(self, request: RankRequest, started: float,
+                        fallback: bool) -> RankResponse:
+        """Baseline pool: the call that must succeed. After a fallback, only baseline work is
+        sent, with what is left of the deadline."""
+        if fallback:
+            left_ms = request.deadline_ms - (time.perf_counter() - started) * 1000.0
+            request = msgspec.structs.replace(
+                request, candidates=request.candidates[:request.base_count],
+                deadline_ms=max(left_ms, 1.0))
+        try:
+            return await self._call("baseline", request,
+                                    self.config.baseline_timeout_ms / 1000.0)
+        except _CallFailed as failed:
+            self.decider.bump("baseline_failed", failed.reason)
+            raise RankingError(failed.reason) from None
+
+    async def _call(self, model: Model, request: RankRequest, timeout_s: float) -> RankResponse:
+        """POST one request to the next URL of a pool; any failure feeds client-side shedding."""
+        assert self._session is not None, "RankingClient.start() was not awaited"
+        url = next(self._urls[model])
+        try:
+            async with self._session.post(
+                    url, data=encode(request), headers={"content-type": "application/json"},
+                    timeout=aiohttp.ClientTimeout(total=timeout_s)) as http:
+                body = await http.read()
+                if http.status != 200:
+                    raise _CallFailed(f"http_{http.status}")
+            response = decode_response(body)
+            if response.request_id != request.request_id:
+                raise _CallFailed("wrong_request_id")
+        except _CallFailed as failed:
+            self.decider.observe(None, self._clock(), error=failed.reason)
+            raise
+        except TimeoutError:
+            self.decider.observe(None, self._clock(), error="timeout")
+            raise _CallFailed("timeout") from None
+        except ContractError:
+            self.decider.observe(None, self._clock(), error="bad_response")
+            raise _CallFailed("bad_response") from None
+        except aiohttp.ClientError as exc:
+            reason = "connection" if isinstance(exc, aiohttp.ClientConnectionError) else "client"
+            self.decider.observe(None, self._clock(), error=reason)
+            raise _CallFailed(reason) from None
+        self.decider.observe(response.server, self._clock())
+        return response
+
+    def _finish(self, request: RankRequest, response: RankResponse, decision: Decision,
+                fell_back: str | None, started: float) -> RankResult:
+        """Count what the server shed, learn from the value, publish the outcome."""
+        decider = self.decider
+        decider.bump("served", response.model)
+        if response.optional_shed:
+            decider.bump("server_shed", response.shed_reason or "unspecified",
+                         response.optional_shed)
+        value = min(max(float(self._outcome_value(request, response)), -VALUE_BOUND),
+                    VALUE_BOUND)
+        decider.router.observe(request.segment, response.model, value)
+        self._publish(request, response.model, decision.explored and fell_back is None, value)
+        return RankResult(response=response, decision=decision, fell_back=fell_back,
+                          value=value, latency_ms=(time.perf_counter() - started) * 1000.0)
+
+    # ---- Kafka output ------------------------------------------------------------------------
+
+    def _publish(self, request: RankRequest, model: Model, explored: bool, value: float) -> None:
+        producer = self._producer
+        if producer is None or not self.config.publish_outcomes or self.kafka is None:
+            return
+        outcome = RoutingOutcome(ts_ms=self._clock(), scope=self.config.scope,
+                                 request_id=request.request_id, segment=request.segment,
+                                 model=model, value=value, explored=explored)
+        try:
+            producer.produce(self.kafka.topic("outcomes"), key=self.config.scope,
+                             value=encode_event(outcome), on_delivery=self._delivered)
+        except BufferError:
+            self.decider.bump("outcomes", "dropped_queue_full")
+        except Exception:
+            self.decider.bump("outcomes", "dropped_error")
+        producer.poll(0)
+
+    def _delivered(self, err: KafkaError | None, _msg: Any) -> None:
+        # Runs inside producer.poll()/flush(), on whichever thread called them.
+        self.decider.bump("outcomes", "published" if err is None else "delivery_failed")
+
+    def _send_dead_letter(self, letter: DeadLetter) -> None:
+        """Called on the feed thread: the producer is thread-safe."""
+        if self._producer is None or self.kafka is None:
+            return
+        with contextlib.suppress(BufferError):
+            self._producer.produce(self.kafka.topic("deadletter"), key=letter.source_topic,
+                                   value=encode_event(letter))
+
+    # ---- reporting ---------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        """Counters by class and reason, for the demo's summary.json."""
+        now = self._clock()
+        eff = self.decider.targets.current(now)
+        return {
+            "scope": self.config.scope,
+            "decisions": {cls: dict(reasons) for cls, reasons in self.decider.counters.items()},
+            "targets": dict(self.decider.targets.counters),
+            "client_shed": dict(self.decider.shedder.counters),
+            "feed": {} if self._feed is None else dict(self._feed.counters),
+            "feed_failed": None if self._feed is None else self._feed.failed,
+            "effective": {"epoch": eff.epoch, "baseline_only": eff.baseline_only,
+                          "reason": eff.reason, "coverage": eff.coverage,
+                          "extra_candidates": eff.extra_candidates},
+            "allowance": self.decider.shedder.allowance(now),
+        }

@@ -1,0 +1,49 @@
+"""Configuration of the client library a ranking service embeds (TOML-loadable, strict)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+from workers.policy.client_shed import ShedConfig
+from workers.policy.routing import RouterConfig
+from workers.policy.targets import LocalLimits
+
+Url = Annotated[str, Meta(pattern=r"^https?://", max_length=500)]
+Ms = Annotated[float, Meta(gt=0.0, le=600_000.0)]
+
+
+class ClientConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Where the worker pools are, how long each call may take, and the local policies."""
+
+    #: The region this client serves; only targets for it apply.
+    scope: Annotated[str, Meta(min_length=1, max_length=200)]
+    #: Base URLs of the baseline pool (provisioned): every request can be served here.
+    baseline_urls: Annotated[list[Url], Meta(min_length=1)]
+    #: Base URLs of the powerful pool (opportunistic); empty means no SBM routing.
+    powerful_urls: list[Url] = []
+    #: Deadline of a request when the caller gives none.
+    default_deadline_ms: Ms = 100.0
+    #: Share of the deadline a powerful call may use; the rest is kept for the baseline fallback.
+    powerful_deadline_share: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.6
+    #: How long a baseline call may take before it counts as failed (baseline is never dropped
+    #: for being slow: this only bounds a hung connection).
+    baseline_timeout_ms: Ms = 2_000.0
+    #: This client's share of the fleet's RMA budget (e.g. 1 / number of client instances).
+    rma_budget_share: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
+    #: Seconds of RMA budget the bucket may bank.
+    rma_burst_s: Annotated[float, Meta(gt=0.0, le=60.0)] = 1.0
+    #: Seed of the router's generator (routing is deterministic given it).
+    seed: int = 0
+    #: Publish a RoutingOutcome per request to the outcomes topic.
+    publish_outcomes: bool = True
+    #: Connections per worker host.
+    max_connections: Annotated[int, Meta(ge=1, le=10_000)] = 100
+    #: Seconds `start()` waits to read the targets topic up to its end (then serves baseline only
+    #: until targets arrive).
+    catch_up_timeout_s: Annotated[float, Meta(ge=0.0, le=600.0)] = 10.0
+    limits: LocalLimits = LocalLimits()
+    router: RouterConfig = RouterConfig()
+    shed: ShedConfig = ShedConfig()

@@ -1,0 +1,105 @@
+"""The per-request decision of the client, with no I/O: how many extra candidates (RMA), which
+pool (SBM), and the counters that explain every unit of optional work not done.
+
+Kept apart from the HTTP and Kafka code so it can be unit-tested with a fake clock and timed by
+`bench/client_decision.py`: targets lookup, routing and shed check must stay within 10 µs.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from schemas.contract import ControlTargets
+from workers.client.config import ClientConfig
+from workers.policy.client_shed import BudgetBucket, ClientShedder, ServerSignals, extra_candidates
+from workers.policy.routing import Model, SbmRouter
+from workers.policy.signing import verifier
+from workers.policy.targets import EffectiveTargets, TargetState, TargetVerdict
+
+
+class Decision(msgspec.Struct, frozen=True):
+    """What one request does: its pool, whether that is exploration, and its extra candidates."""
+
+    model: Model
+    explored: bool
+    extra: int
+    targets_reason: str
+
+
+Counters = dict[str, dict[str, int]]
+
+
+class Decider:
+    """Targets + router + shedder + budget for one client; every decision is counted."""
+
+    def __init__(self, config: ClientConfig, signing_key: bytes | str | None = None) -> None:
+        self.config = config
+        check = None if signing_key is None else verifier(signing_key)
+        self.targets = TargetState(config.scope, config.limits, check)
+        self.router = SbmRouter(config.router, config.seed)
+        self.shedder = ClientShedder(config.shed)
+        self.budget = BudgetBucket(0.0, 0.0)
+        self.counters: Counters = {}
+        self._sbm = bool(config.powerful_urls)
+        self._eff: EffectiveTargets | None = None
+
+    def offer(self, targets: ControlTargets, now_ms: int) -> TargetVerdict:
+        """A targets message arrived (from the feed): apply it if it is trustworthy."""
+        return self.targets.offer(targets, now_ms)
+
+    def decide(self, segment: str, available_extra: int, now_ms: int) -> Decision:
+        """Extra candidates and pool for one request of `segment` at `now_ms`."""
+        eff = self.targets.current(now_ms)
+        if eff is not self._eff:
+            self._on_targets(eff)
+        bump = self.bump
+        bump("requests", "total")
+        if eff.baseline_only:
+            bump("baseline_only", eff.reason)
+            if self._sbm:
+                self.router.route(segment, eff)     # keeps the traffic shares current
+            return Decision("baseline", False, 0, eff.reason)
+        allowance = self.shedder.allowance(now_ms)
+        extra = self._extra(eff, allowance, available_extra, now_ms)
+        if not self._sbm:
+            return Decision("baseline", False, extra, eff.reason)
+        route = self.router.route(segment, eff, allowance)
+        if route.shed:
+            bump("sbm_shed", "overload")
+        elif route.model == "powerful":
+            bump("sbm_routed", "explored" if route.explored else "exploited")
+        return Decision(route.model, route.explored, extra, eff.reason)
+
+    def observe(self, state: ServerSignals | None, now_ms: int, *,
+                error: str | None = None) -> None:
+        """A worker answered (or did not): feed client-side shedding."""
+        self.shedder.observe(state, now_ms, error=error)
+
+    def bump(self, cls: str, reason: str, n: int = 1) -> None:
+        """Count `n` units of class `cls` for `reason` (the demo summary reads these)."""
+        by_reason = self.counters.get(cls)
+        if by_reason is None:
+            by_reason = self.counters[cls] = {}
+        by_reason[reason] = by_reason.get(reason, 0) + n
+
+    def _extra(self, eff: EffectiveTargets, allowance: float, available: int,
+               now_ms: int) -> int:
+        """RMA: target, shrunk by the allowance, then by the budget; each cut counted."""
+        wanted = min(eff.extra_candidates, max(available, 0))
+        if wanted <= 0:
+            return 0
+        allowed = extra_candidates(eff, allowance, available)
+        if allowed < wanted:
+            self.bump("rma_shed", "overload", wanted - allowed)
+        granted = self.budget.take(allowed, now_ms)
+        if granted < allowed:
+            self.bump("rma_shed", "budget", allowed - granted)
+        if granted:
+            self.bump("rma_granted", "units", granted)
+        return granted
+
+    def _on_targets(self, eff: EffectiveTargets) -> None:
+        """New effective targets: resize this client's share of the RMA budget."""
+        rate = eff.budget_units_per_s * self.config.rma_budget_share
+        self.budget.set_rate(rate, rate * self.config.rma_burst_s)
+        self._eff = eff
