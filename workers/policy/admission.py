@@ -150,7 +150,7 @@ class Admission(Generic[T]):
     def __init__(self, config: AdmissionConfig | None = None,
                  on_shed: Callable[[T, str], None] | None = None) -> None:
         self.config = config or AdmissionConfig()
-        self._on_shed = on_shed
+        self.on_shed = on_shed
         self._baseline: deque[Admitted[T]] = deque()
         self._baseline_units = 0
         self._by_value: list[tuple[Any, int, _Entry[T]]] = []      # max-heap: serve best
@@ -349,8 +349,8 @@ class Admission(Generic[T]):
     def _shed(self, entry: _Entry[T], reason: str) -> None:
         self._remove(entry)
         self.count_shed(reason, entry.units)
-        if self._on_shed is not None:
-            self._on_shed(entry.item, reason)
+        if self.on_shed is not None:
+            self.on_shed(entry.item, reason)
 
     def _remove(self, entry: _Entry[T]) -> None:
         entry.live = False

@@ -1,0 +1,264 @@
+"""Dynamic batching: candidate rows of many requests go through one forward pass together.
+
+A per-row forward pass wastes most of an accelerator (or CPU core) on per-call overhead, so the
+batcher collects rows from concurrent requests until ``max_batch_rows`` is reached or the oldest
+queued row has waited ``max_wait_ms``, runs one forward pass in a dedicated inference thread
+(never on the asyncio event loop), and scatters the scores back to each request's future.
+
+What goes into a batch is decided by :class:`workers.policy.admission.Admission`: baseline rows
+first, optional rows only behind all queued baseline rows, and optional rows shed by value under
+overload, deadline, preemption or budget. The admission object is guarded by one lock that is
+held only for queue operations, never during a forward pass, so the event loop and the Kafka
+preemption thread are never blocked behind the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Protocol
+
+import msgspec
+import numpy as np
+from msgspec import Meta
+
+from workers.policy.admission import Admission, AdmissionState, Admitted
+
+
+class BatchingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """How big a forward pass may get and how long the first row may wait for company."""
+
+    max_batch_rows: Annotated[int, Meta(ge=1, le=1_000_000)] = 512
+    max_wait_ms: Annotated[float, Meta(ge=0.0, le=1000.0)] = 2.0
+
+
+class Scorer(Protocol):
+    """Anything that scores rows: ``LoadedModel`` in production, a fake in pure tests."""
+
+    def score(self, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray: ...
+
+
+class Shed(Exception):
+    """Optional work that was not done; ``reason`` is the counter key it was counted under."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class BatcherStopped(RuntimeError):
+    """Work submitted after the batcher stopped."""
+
+
+@dataclass(slots=True)
+class Job:
+    """Rows of one request that travel together: one dense vector broadcast over its rows."""
+
+    dense: np.ndarray          # float32[num_dense]
+    sparse: np.ndarray         # int64[rows, num_sparse]
+    future: asyncio.Future[np.ndarray]
+    loop: asyncio.AbstractEventLoop
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReport:
+    """One forward pass, for metrics and telemetry."""
+
+    rows: int
+    optional_rows: int
+    jobs: int
+    forward_s: float
+    queue_wait_ms: list[tuple[bool, float]] = field(default_factory=list)  # (optional, ms)
+    error: str | None = None
+
+
+def monotonic_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
+class Batcher:
+    """Owns the admission queues and the inference thread; see the module docstring."""
+
+    def __init__(self, scorer: Scorer, admission: Admission[Job], config: BatchingConfig,
+                 on_batch: Callable[[BatchReport], None] | None = None,
+                 clock_ms: Callable[[], float] = monotonic_ms) -> None:
+        self.scorer = scorer
+        self.admission = admission
+        self.config = config
+        self._on_batch = on_batch
+        self._clock_ms = clock_ms
+        self._cond = threading.Condition(threading.Lock())
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        admission.on_shed = self._shed  # dropped from the queue -> answer its waiter
+        # Totals since start, read by telemetry as differences between windows.
+        self.rows_done = 0
+        self.optional_rows_done = 0
+        self.busy_s = 0.0
+        self.batches = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="surplus-inference", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Serve what is queued, then end the inference thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- submission (event loop thread) ----------------------------------------------------------
+
+    def submit_baseline(self, dense: np.ndarray, sparse: np.ndarray) -> asyncio.Future[np.ndarray]:
+        """Queue baseline rows; never refused. The future yields their scores."""
+        job = self._job(dense, sparse)
+        with self._cond:
+            if self._stopping:
+                raise BatcherStopped("the worker is shutting down")
+            self.admission.admit_baseline(job, self._now(), units=len(sparse))
+            self._cond.notify()
+        return job.future
+
+    def submit_optional(self, dense: np.ndarray, sparse: np.ndarray, value: float,
+                        deadline_ms: float) -> asyncio.Future[np.ndarray]:
+        """Queue optional rows due within ``deadline_ms`` from now; the future raises
+        :class:`Shed` if they are refused now or dropped later."""
+        job = self._job(dense, sparse)
+        with self._cond:
+            now = self._now()
+            admitted = not self._stopping and self.admission.admit_optional(
+                job, value, now + max(1, int(deadline_ms)), now, units=len(sparse))
+            reason = self.admission.last_refusal if not self._stopping else "shutdown"
+            if admitted:
+                self._cond.notify()
+        if not admitted:
+            if self._stopping:
+                self.admission.count_shed("shutdown", len(sparse))
+            job.future.set_exception(Shed(reason or "overload"))
+        return job.future
+
+    def _job(self, dense: np.ndarray, sparse: np.ndarray) -> Job:
+        loop = asyncio.get_running_loop()
+        return Job(dense, sparse, loop.create_future(), loop)
+
+    # -- control (any thread) --------------------------------------------------------------------
+
+    def preempt(self) -> int:
+        """Drop all queued optional work and refuse more, now; returns the jobs dropped."""
+        with self._cond:
+            return self.admission.preempt(self._now())
+
+    def resume(self) -> None:
+        with self._cond:
+            self.admission.resume()
+
+    def set_budget(self, units_per_s: float | None) -> None:
+        with self._cond:
+            self.admission.set_budget(units_per_s, self._now())
+
+    def count_shed(self, reason: str, units: int) -> None:
+        with self._cond:
+            self.admission.count_shed(reason, units)
+
+    def state(self) -> AdmissionState:
+        with self._cond:
+            return self.admission.state(self._now())
+
+    def _now(self) -> int:
+        return int(self._clock_ms())
+
+    # -- inference thread ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                batch = self._collect()
+            if batch is None:
+                return
+            self._forward(batch)
+
+    def _collect(self) -> list[Admitted[Job]] | None:
+        """Wait for work, then for company up to ``max_wait_ms`` after the oldest row queued."""
+        adm, cfg = self.admission, self.config
+        while not adm.queued_items:
+            if self._stopping:
+                return None
+            self._cond.wait()
+        while not self._stopping and adm.queued_units < cfg.max_batch_rows:
+            oldest = adm.oldest_enqueued_ms()
+            if oldest is None:
+                break
+            remaining_ms = oldest + cfg.max_wait_ms - self._clock_ms()
+            if remaining_ms <= 0:
+                break
+            self._cond.wait(remaining_ms / 1000.0)
+        return adm.next_batch(cfg.max_batch_rows, self._now())
+
+    def _forward(self, batch: list[Admitted[Job]]) -> None:
+        if not batch:  # everything queued expired or was shed while we waited
+            return
+        started_ms = self._clock_ms()
+        waits = [(w.optional, started_ms - w.enqueued_ms) for w in batch]
+        jobs = [w.item for w in batch]
+        t0 = time.perf_counter()
+        error: str | None = None
+        try:
+            dense = np.concatenate([np.broadcast_to(j.dense, (len(j.sparse), len(j.dense)))
+                                    for j in jobs])
+            scores = self.scorer.score(dense, np.concatenate([j.sparse for j in jobs]))
+        except Exception as exc:  # a broken user model fails its batch, not the worker
+            error = f"model failed: {type(exc).__name__}: {exc}"
+        elapsed = time.perf_counter() - t0
+        rows = sum(w.units for w in batch)
+        optional_rows = sum(w.units for w in batch if w.optional)
+        with self._cond:
+            self.admission.record_service(rows, elapsed * 1000.0)
+            self.rows_done += rows
+            self.optional_rows_done += optional_rows
+            self.busy_s += elapsed
+            self.batches += 1
+        self._scatter(jobs, None if error else scores, error)
+        if self._on_batch is not None:
+            self._on_batch(BatchReport(rows, optional_rows, len(jobs), elapsed, waits, error))
+
+    def _scatter(self, jobs: list[Job], scores: np.ndarray | None, error: str | None) -> None:
+        """Hand each job its slice of the scores, one loop callback per loop per batch."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, Any]]] = {}
+        start = 0
+        for job in jobs:
+            n = len(job.sparse)
+            result: Any = RuntimeError(error) if scores is None else scores[start:start + n]
+            by_loop.setdefault(job.loop, []).append((job, result))
+            start += n
+        for loop, results in by_loop.items():
+            _call_in_loop(loop, _settle, results)
+
+    def _shed(self, job: Job, reason: str) -> None:
+        _call_in_loop(job.loop, _settle, [(job, Shed(reason))])
+
+
+def _settle(results: list[tuple[Job, Any]]) -> None:
+    for job, result in results:
+        if job.future.done():  # the caller went away
+            continue
+        if isinstance(result, BaseException):
+            job.future.set_exception(result)
+        else:
+            job.future.set_result(result)
+
+
+def _call_in_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
+    with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting any more
+        loop.call_soon_threadsafe(fn, *args)
