@@ -43,15 +43,11 @@ class Decider:
         self._sbm = bool(config.powerful_urls)
         self._eff: EffectiveTargets | None = None
 
-    def offer(self, targets: ControlTargets, now_ms: int) -> TargetVerdict:
-        """A targets message arrived (from the feed): apply it if it is trustworthy."""
-        return self.targets.offer(targets, now_ms)
-
     def decide(self, segment: str, available_extra: int, now_ms: int) -> Decision:
         """Extra candidates and pool for one request of `segment` at `now_ms`."""
         eff = self.targets.current(now_ms)
         if eff is not self._eff:
-            self._on_targets(eff)
+            self._on_targets(eff, now_ms)
         bump = self.bump
         bump("requests", "total")
         if eff.baseline_only:
@@ -98,8 +94,17 @@ class Decider:
             self.bump("rma_granted", "units", granted)
         return granted
 
-    def _on_targets(self, eff: EffectiveTargets) -> None:
-        """New effective targets: resize this client's share of the RMA budget."""
+    def offer(self, targets: ControlTargets, now_ms: int) -> TargetVerdict:
+        """A targets message arrived (from the feed): apply it if it is trustworthy."""
+        verdict = self.targets.offer(targets, now_ms)
+        if verdict.accepted:
+            self._on_targets(self.targets.current(now_ms), now_ms)
+        return verdict
+
+    def _on_targets(self, eff: EffectiveTargets, now_ms: int) -> None:
+        """New effective targets: resize this client's share of the RMA budget. Banked tokens
+        carry over within the new burst; the first target starts from an empty bucket, so
+        targets arriving never release a burst of extra work at once."""
         rate = eff.budget_units_per_s * self.config.rma_budget_share
-        self.budget.set_rate(rate, rate * self.config.rma_burst_s)
+        self.budget.set_rate(rate, rate * self.config.rma_burst_s, now_ms)
         self._eff = eff

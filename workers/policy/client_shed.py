@@ -151,12 +151,18 @@ class BudgetBucket:
         self.set_rate(rate_per_s, burst)
         self._tokens = self.burst
 
-    def set_rate(self, rate_per_s: float, burst: float) -> None:
-        """Change the rate (new targets) keeping the tokens banked, within the new burst."""
+    def set_rate(self, rate_per_s: float, burst: float, now_ms: int | None = None) -> None:
+        """Change the rate (new targets) keeping the tokens banked, within the new burst.
+
+        With `now_ms`, tokens earned at the old rate until then are banked first, and the new
+        rate accrues from `now_ms` on.
+        """
         if not (math.isfinite(rate_per_s) and rate_per_s >= 0.0):
             raise ValueError(f"rate_per_s must be finite and >= 0, got {rate_per_s}")
         if not (math.isfinite(burst) and burst >= 0.0):
             raise ValueError(f"burst must be finite and >= 0, got {burst}")
+        if now_ms is not None:
+            self.available(now_ms)
         self.rate_per_s, self.burst = rate_per_s, burst
         self._tokens = min(self._tokens, burst)
 

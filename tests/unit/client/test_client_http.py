@@ -1,0 +1,164 @@
+"""RankingClient over real HTTP on loopback, against small contract-speaking test workers
+(no Kafka): the powerful pool may fail or be slow; baseline still serves, and it is counted."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from tests.unit.policy.helpers import targets
+from workers.api import (
+    RANK_PATH,
+    Candidate,
+    RankRequest,
+    RankResponse,
+    ServerState,
+    decode_request,
+    encode,
+)
+from workers.client.client import RankingClient, RankingError, RankResult
+from workers.client.config import ClientConfig
+from workers.policy.client_shed import ShedConfig
+from workers.policy.routing import RouterConfig
+
+CANDIDATES = [Candidate(id=i, sparse=[i], prior=i / 10) for i in range(10)]
+
+
+@dataclass
+class Worker:
+    """A test worker: scores by prior, with a knob for each way a real worker can misbehave."""
+
+    model: str
+    delay_s: float = 0.0
+    status: int = 200
+    shedding_level: int = 0
+    shed_optional: bool = False
+    seen: list[RankRequest] = field(default_factory=list)
+
+    async def handle(self, http: web.Request) -> web.Response:
+        request = decode_request(await http.read())
+        self.seen.append(request)
+        await asyncio.sleep(self.delay_s)
+        if self.status != 200:
+            return web.Response(status=self.status)
+        kept = request.candidates[:request.base_count] if self.shed_optional \
+            else request.candidates
+        response = RankResponse(
+            request_id=request.request_id, model=self.model,  # type: ignore[arg-type]
+            scores=[c.prior for c in kept], scored=len(kept),
+            optional_scored=len(kept) - request.base_count,
+            optional_shed=len(request.candidates) - len(kept),
+            shed_reason="overload" if self.shed_optional else None,
+            server=ServerState(queue_delay_ms=0.5, in_flight=1,
+                               shedding_level=self.shedding_level))
+        return web.Response(body=encode(response), content_type="application/json")
+
+
+async def _serve(worker: Worker) -> TestServer:
+    app = web.Application()
+    app.router.add_post(RANK_PATH, worker.handle)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    return server
+
+
+Pools = tuple[Worker, Worker, str, str]
+
+
+@pytest.fixture
+async def pools() -> AsyncIterator[Pools]:
+    baseline, powerful = Worker("baseline"), Worker("powerful")
+    servers = [await _serve(baseline), await _serve(powerful)]
+    urls = [str(s.make_url("")).rstrip("/") for s in servers]
+    yield baseline, powerful, urls[0], urls[1]
+    for s in servers:
+        await s.close()
+
+
+def _client(base_url: str, power_url: str, **kw: object) -> RankingClient:
+    config = ClientConfig(scope="eu1", baseline_urls=[base_url], powerful_urls=[power_url],
+                          router=RouterConfig(explore_rate=0.0), **kw)  # type: ignore[arg-type]
+    client = RankingClient(config)
+    client.apply_targets(targets(coverage=1.0, extra=4, budget=1e9,
+                                 issued_at_ms=client._clock()))
+    return client
+
+
+async def _rank(client: RankingClient, deadline_ms: float = 200.0) -> RankResult:
+    return await client.rank(segment="s", value=2.0, candidates=CANDIDATES, base_count=3,
+                             dense=[0.1], deadline_ms=deadline_ms)
+
+
+async def test_powerful_pool_serves_routed_requests_with_extras(pools: Pools) -> None:
+    baseline, powerful, base_url, power_url = pools
+    async with _client(base_url, power_url) as client:
+        await asyncio.sleep(0.01)    # the RMA bucket starts empty and fills at the budget rate
+        result = await _rank(client)
+    assert result.response.model == "powerful" and result.fell_back is None
+    assert len(powerful.seen) == 1 and not baseline.seen
+    assert powerful.seen[0].base_count == 3 and len(powerful.seen[0].candidates) == 7
+    assert result.value == pytest.approx(2.0 * 0.6)
+    assert client.summary()["decisions"]["served"] == {"powerful": 1}
+
+
+async def test_slow_powerful_pool_falls_back_to_baseline_within_the_deadline(pools: Pools) -> None:
+    baseline, powerful, base_url, power_url = pools
+    powerful.delay_s = 1.0
+    async with _client(base_url, power_url, powerful_deadline_share=0.5) as client:
+        await asyncio.sleep(0.01)
+        result = await _rank(client, deadline_ms=100.0)
+    assert result.response.model == "baseline" and result.fell_back == "timeout"
+    assert result.latency_ms < 100.0 + 50.0
+    sent = baseline.seen[0]
+    assert len(sent.candidates) == 3 and sent.base_count == 3    # extras dropped on fallback
+    assert sent.deadline_ms < 55.0
+    counters = client.summary()["decisions"]
+    assert counters["fallback"] == {"timeout": 1}
+    assert counters["rma_shed"]["fallback"] == 4
+    assert client.summary()["client_shed"]["timeout"] == 1
+
+
+async def test_failing_powerful_pool_falls_back_and_cuts_the_allowance(pools: Pools) -> None:
+    _, powerful, base_url, power_url = pools
+    powerful.status = 503
+    async with _client(base_url, power_url) as client:
+        result = await _rank(client)
+        assert result.fell_back == "http_503" and result.response.model == "baseline"
+        assert client.summary()["allowance"] < 1.0
+
+
+async def test_unreachable_powerful_pool_falls_back(pools: Pools) -> None:
+    _, _, base_url, _ = pools
+    async with _client(base_url, "http://127.0.0.1:9") as client:
+        result = await _rank(client)
+    assert result.fell_back == "connection" and result.response.model == "baseline"
+
+
+async def test_baseline_failure_is_raised_and_counted(pools: Pools) -> None:
+    baseline, powerful, base_url, power_url = pools
+    baseline.status = 500
+    powerful.status = 500
+    async with _client(base_url, power_url) as client:
+        with pytest.raises(RankingError, match="http_500"):
+            await _rank(client)
+    assert client.summary()["decisions"]["baseline_failed"] == {"http_500": 1}
+
+
+async def test_worker_load_signals_and_server_sheds_reach_the_counters(pools: Pools) -> None:
+    _, powerful, base_url, power_url = pools
+    powerful.shedding_level = 3
+    powerful.shed_optional = True
+    async with _client(base_url, power_url, shed=ShedConfig(level_factors=(0.5, 0.5, 0.2))) \
+            as client:
+        await asyncio.sleep(0.01)
+        result = await _rank(client)
+        assert result.response.optional_shed == 4
+        summary = client.summary()
+    assert summary["decisions"]["server_shed"] == {"overload": 4}
+    assert summary["client_shed"]["shedding_level_3"] == 1
+    assert summary["allowance"] == pytest.approx(0.2, abs=0.01)
