@@ -215,3 +215,14 @@ async def test_real_model_scores_through_the_batcher_match_direct_scoring() -> N
     for (d, s), got in zip(inputs, results, strict=True):
         dense = np.repeat(d[:1].numpy(), len(s), axis=0)
         np.testing.assert_allclose(got, model.score(dense, s.numpy()), rtol=1e-5, atol=1e-6)
+
+
+def test_batching_benchmark_reports_both_modes_and_their_ratio() -> None:
+    from bench.batching import run
+
+    tiny = ModelConfig(num_dense=4, num_sparse=3, rows_per_table=50, embedding_dim=4,
+                       bottom_mlp=(8,), top_mlp=(8,))
+    result = run(candidates=4, seconds=0.2, max_clients=2, config=tiny, device="cpu")
+    assert result["batched"]["rps"] > 0 and result["unbatched"]["rps"] > 0
+    assert result["unbatched"]["sweep"][0]["mean_batch_rows"] == 4.0  # one request per pass
+    assert result["ratio"] == round(result["batched"]["rps"] / result["unbatched"]["rps"], 2)
