@@ -5,22 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
 
+from tests.unit.client.contract_worker import Worker, serve
 from tests.unit.policy.helpers import targets
-from workers.api import (
-    RANK_PATH,
-    Candidate,
-    RankRequest,
-    RankResponse,
-    ServerState,
-    decode_request,
-    encode,
-)
+from workers.api import Candidate
 from workers.client.client import RankingClient, RankingError, RankResult
 from workers.client.config import ClientConfig
 from workers.policy.client_shed import ShedConfig
@@ -29,51 +19,13 @@ from workers.policy.routing import RouterConfig
 CANDIDATES = [Candidate(id=i, sparse=[i], prior=i / 10) for i in range(10)]
 
 
-@dataclass
-class Worker:
-    """A test worker: scores by prior, with a knob for each way a real worker can misbehave."""
-
-    model: str
-    delay_s: float = 0.0
-    status: int = 200
-    shedding_level: int = 0
-    shed_optional: bool = False
-    seen: list[RankRequest] = field(default_factory=list)
-
-    async def handle(self, http: web.Request) -> web.Response:
-        request = decode_request(await http.read())
-        self.seen.append(request)
-        await asyncio.sleep(self.delay_s)
-        if self.status != 200:
-            return web.Response(status=self.status)
-        kept = request.candidates[:request.base_count] if self.shed_optional \
-            else request.candidates
-        response = RankResponse(
-            request_id=request.request_id, model=self.model,  # type: ignore[arg-type]
-            scores=[c.prior for c in kept], scored=len(kept),
-            optional_scored=len(kept) - request.base_count,
-            optional_shed=len(request.candidates) - len(kept),
-            shed_reason="overload" if self.shed_optional else None,
-            server=ServerState(queue_delay_ms=0.5, in_flight=1,
-                               shedding_level=self.shedding_level))
-        return web.Response(body=encode(response), content_type="application/json")
-
-
-async def _serve(worker: Worker) -> TestServer:
-    app = web.Application()
-    app.router.add_post(RANK_PATH, worker.handle)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    return server
-
-
 Pools = tuple[Worker, Worker, str, str]
 
 
 @pytest.fixture
 async def pools() -> AsyncIterator[Pools]:
     baseline, powerful = Worker("baseline"), Worker("powerful")
-    servers = [await _serve(baseline), await _serve(powerful)]
+    servers = [await serve(baseline), await serve(powerful)]
     urls = [str(s.make_url("")).rstrip("/") for s in servers]
     yield baseline, powerful, urls[0], urls[1]
     for s in servers:

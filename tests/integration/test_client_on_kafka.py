@@ -1,0 +1,125 @@
+"""The ranking client on a real broker: it reads the latest targets of its scope from the
+compacted topic at start, follows new ones, dead-letters what does not decode, and publishes one
+RoutingOutcome per request keyed by scope."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from schemas.codec import decode, encode
+from schemas.contract import DeadLetter, Event, RoutingOutcome
+from schemas.kafka_config import KafkaSettings
+from tests.unit.client.contract_worker import Worker, serve
+from tests.unit.policy.helpers import targets
+from workers.api import Candidate
+from workers.client.client import RankingClient
+from workers.client.config import ClientConfig
+
+pytestmark = pytest.mark.kafka
+
+
+def _now() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _publish(kafka: KafkaSettings, items: list[tuple[str, bytes]]) -> None:
+    producer = Producer(kafka.producer())
+    for key, value in items:
+        producer.produce(kafka.topic("targets"), key=key, value=value)
+    assert producer.flush(10) == 0
+
+
+def _read_all(kafka: KafkaSettings, logical: str,
+              expected: int) -> list[tuple[bytes | None, bytes]]:
+    consumer = Consumer(kafka.confluent(**{"group.id": f"read-{logical}",
+                                           "enable.auto.commit": False}))
+    topic = kafka.topic(logical)
+    parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+    got: list[tuple[bytes | None, bytes]] = []
+    deadline = time.monotonic() + 20
+    try:
+        while len(got) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None and msg.value() is not None:
+                got.append((msg.key(), msg.value() or b""))
+    finally:
+        consumer.close()
+    return got
+
+
+async def _until(check: Callable[[], bool], timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
+
+
+def _ev(event: Event) -> bytes:
+    return encode(event)
+
+
+async def test_client_starts_from_latest_target_of_its_scope_and_follows(
+        kafka: KafkaSettings) -> None:
+    now = _now()
+    _publish(kafka, [("eu1", _ev(targets(epoch=1, coverage=0.1, issued_at_ms=now))),
+                     ("us1", _ev(targets(scope="us1", epoch=9, coverage=0.9, issued_at_ms=now))),
+                     ("eu1", _ev(targets(epoch=2, coverage=0.5, issued_at_ms=now))),
+                     ("eu1", b'{"not": "targets"}')])
+    config = ClientConfig(scope="eu1", baseline_urls=["http://127.0.0.1:9"],
+                          catch_up_timeout_s=30.0)
+    async with RankingClient(config, kafka) as client:
+        summary = client.summary()
+        assert summary["effective"]["epoch"] == 2
+        assert summary["effective"]["coverage"] == 0.5
+        assert summary["feed"] == {"received": 2, "other_scope": 1, "decode_error": 1}
+        assert summary["targets"] == {"applied": 2}
+        _publish(kafka, [("eu1", _ev(targets(epoch=3, coverage=0.7, issued_at_ms=_now())))])
+        await _until(lambda: client.summary()["effective"]["epoch"] == 3)
+    letters = [decode(DeadLetter, v) for _, v in _read_all(kafka, "deadletter", 1)]
+    assert len(letters) == 1
+    assert letters[0].source_topic == kafka.topic("targets") and letters[0].offset >= 0
+    assert "ControlTargets" in letters[0].reason
+
+
+async def test_stale_target_on_the_topic_leaves_the_client_baseline_only(
+        kafka: KafkaSettings) -> None:
+    _publish(kafka, [("eu1", _ev(targets(epoch=5, issued_at_ms=_now() - 120_000,
+                                         ttl_ms=60_000)))])
+    config = ClientConfig(scope="eu1", baseline_urls=["http://127.0.0.1:9"],
+                          catch_up_timeout_s=30.0)
+    async with RankingClient(config, kafka) as client:
+        summary = client.summary()
+    assert summary["effective"]["baseline_only"] and summary["targets"] == {"expired": 1}
+
+
+async def test_every_request_publishes_an_outcome_keyed_by_scope(kafka: KafkaSettings) -> None:
+    baseline, powerful = Worker("baseline"), Worker("powerful")
+    servers = [await serve(baseline), await serve(powerful)]
+    urls = [str(s.make_url("")).rstrip("/") for s in servers]
+    _publish(kafka, [("eu1", _ev(targets(epoch=1, coverage=0.5, issued_at_ms=_now())))])
+    config = ClientConfig(scope="eu1", baseline_urls=[urls[0]], powerful_urls=[urls[1]],
+                          catch_up_timeout_s=30.0)
+    candidates = [Candidate(id=i, prior=i / 10) for i in range(5)]
+    try:
+        async with RankingClient(config, kafka) as client:
+            results = [await client.rank(segment=f"s{i % 3}", value=1.0,
+                                         candidates=candidates, base_count=5,
+                                         request_id=f"r{i}") for i in range(40)]
+    finally:
+        for s in servers:
+            await s.close()
+    assert {r.response.model for r in results} == {"baseline", "powerful"}
+    got = _read_all(kafka, "outcomes", 40)
+    assert {k for k, _ in got} == {b"eu1"}
+    outcomes = {o.request_id: o for o in (decode(RoutingOutcome, v) for _, v in got)}
+    assert set(outcomes) == {f"r{i}" for i in range(40)}
+    for i, r in enumerate(results):
+        o = outcomes[f"r{i}"]
+        assert (o.segment, o.model, o.value) == (f"s{i % 3}", r.response.model, r.value)
+    assert client.summary()["decisions"]["outcomes"] == {"published": 40}
