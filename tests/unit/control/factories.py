@@ -30,7 +30,7 @@ def sketch(latency_ms: float, samples: int, tail_ms: float | None = None) -> Lat
     tail = samples // 50 if tail_ms is not None else 0
     if samples - tail:
         s.add(latency_ms, samples - tail)
-    if tail:
+    if tail and tail_ms is not None:
         s.add(tail_ms, tail)
     return to_wire(s)
 

@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from streams.control.allocator import Allocation
+from streams.control.config import RmaConfig
+from streams.control.rma import RmaPolicy, rma_budget
+from streams.control.windows import WindowStats
+from tests.unit.control.factories import RANK_BASE_POOL, RANK_POOL
+
+CONFIG = RmaConfig(sla_p99_ms=100.0, margin=0.8, kp=0.1, ki=0.05, max_extra_candidates=200,
+                   max_step=10.0, max_step_down=50.0, overload_cut=0.5)
+BIG_BUDGET = 1e9
+
+
+def stats(p99_ms: float, *, pool: str = RANK_POOL, rate: float = 100.0, enough: bool = True,
+          model: str = "baseline") -> WindowStats:
+    return WindowStats(pool_id=pool, region="eu1", model=model, tier="opportunistic",
+                       accelerator="a100", start_ms=0, end_ms=10_000, reports=10,
+                       samples=1000 if enough else 3, p50_ms=p99_ms / 2, p99_ms=p99_ms,
+                       request_rate=rate, baseline_rate=rate, optional_done_rate=0.0,
+                       shed_rate=0.0, utilisation=0.5, capacity_rps=0.0, enough_samples=enough)
+
+
+def test_raises_extra_candidates_while_latency_is_low() -> None:
+    policy = RmaPolicy(CONFIG)
+    extras = [policy.step([stats(40.0)], BIG_BUDGET, 10.0).extra_candidates for _ in range(5)]
+    assert extras == sorted(extras) and extras[-1] > 0
+    assert all(b - a <= 10 for a, b in itertools.pairwise(extras))   # max step
+
+
+def test_cuts_extra_candidates_when_p99_exceeds_setpoint() -> None:
+    policy = RmaPolicy(CONFIG)
+    for _ in range(10):
+        policy.step([stats(40.0)], BIG_BUDGET, 10.0)
+    high = policy.pid.output
+    cut = policy.step([stats(95.0)], BIG_BUDGET, 10.0)     # above 80 setpoint, below SLA
+    assert cut.extra_candidates < high
+
+
+def test_breaching_the_sla_itself_cuts_at_once() -> None:
+    policy = RmaPolicy(CONFIG)
+    for _ in range(10):
+        policy.step([stats(40.0)], BIG_BUDGET, 10.0)
+    high = policy.pid.output
+    target = policy.step([stats(150.0)], BIG_BUDGET, 10.0)
+    assert target.extra_candidates <= high * CONFIG.overload_cut
+
+
+def test_worst_pool_with_enough_samples_is_the_measurement() -> None:
+    policy = RmaPolicy(CONFIG)
+    policy.step([stats(30.0), stats(90.0, pool=RANK_BASE_POOL),
+                 stats(500.0, pool="eu1/rank/baseline/t4/opportunistic", enough=False),
+                 stats(900.0, pool="eu1/rank/powerful/a100/opportunistic", model="powerful")],
+                BIG_BUDGET, 10.0)
+    assert policy.last_p99_ms == 90.0
+
+
+def test_window_without_enough_samples_holds_output_and_state() -> None:
+    policy = RmaPolicy(CONFIG)
+    for _ in range(3):
+        policy.step([stats(40.0)], BIG_BUDGET, 10.0)
+    before = (policy.pid.state, policy.pid.output)
+    target = policy.step([stats(1.0, enough=False)], BIG_BUDGET, 10.0)
+    assert (policy.pid.state, policy.pid.output) == before
+    assert target.extra_candidates == int(before[1])
+
+
+def test_budget_caps_extra_work_per_request() -> None:
+    policy = RmaPolicy(CONFIG)
+    for _ in range(30):
+        target = policy.step([stats(10.0, rate=400.0)], 2000.0, 10.0)
+    assert target.extra_candidates == 5                      # 5 * 400 rps <= 2000/s
+    assert target.extra_candidates * 400.0 <= target.budget_units_per_s
+    assert policy.pid.state.integral <= 5.0                  # no windup behind the cap
+
+
+def test_zero_budget_means_zero_extra_immediately() -> None:
+    policy = RmaPolicy(CONFIG)
+    for _ in range(20):
+        policy.step([stats(10.0)], BIG_BUDGET, 10.0)
+    assert policy.pid.output > 100
+    target = policy.step([stats(10.0)], 0.0, 10.0)
+    assert target.extra_candidates == 0 and target.budget_units_per_s == 0.0
+    held = policy.step([stats(10.0, enough=False)], 0.0, 10.0)
+    assert held.extra_candidates == 0
+
+
+def test_budget_follows_the_scarcer_of_cpu_and_accelerators() -> None:
+    cfg = RmaConfig(candidates_per_cpu_unit_s=100.0, candidates_per_accel_unit_s=1000.0)
+    alloc = Allocation(rma_cpu=8.0, rma_accel={"a100": 2.0, "t4": 1.0})
+    assert rma_budget(alloc, cfg) == pytest.approx(800.0)
+    alloc = Allocation(rma_cpu=80.0, rma_accel={"a100": 0.5})
+    assert rma_budget(alloc, cfg) == pytest.approx(500.0)
+
+
+def test_restart_ceiling_bounds_the_step() -> None:
+    policy = RmaPolicy(CONFIG)
+    target = policy.step([stats(10.0)], BIG_BUDGET, 10.0, ceiling=3.0)
+    assert target.extra_candidates == 3

@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from streams.control.config import SbmConfig
+from streams.control.sbm import SbmPolicy, SbmState, SegmentEstimator, SegmentState
+from streams.control.windows import WindowStats
+from tests.unit.control.factories import POWERFUL_POOL, outcome
+
+CONFIG = SbmConfig(sla_p99_ms=200.0, max_coverage=0.5, headroom=0.8,
+                   powerful_rps_per_accel_unit=25.0, trim_factor=0.5,
+                   max_increase_per_period=1.0)
+
+
+def powerful(capacity_rps: float, p99_ms: float = 100.0, *, enough: bool = True,
+             tier: str = "opportunistic") -> WindowStats:
+    return WindowStats(pool_id=POWERFUL_POOL, region="eu1", model="powerful", tier=tier,
+                       accelerator="a100", start_ms=0, end_ms=10_000, reports=10,
+                       samples=500 if enough else 2, p50_ms=p99_ms / 2, p99_ms=p99_ms,
+                       request_rate=10.0, baseline_rate=10.0, optional_done_rate=0.0,
+                       shed_rate=0.0, utilisation=0.5, capacity_rps=capacity_rps,
+                       enough_samples=enough)
+
+
+def test_coverage_is_headroom_times_serviceable_share() -> None:
+    policy = SbmPolicy(CONFIG)
+    # measured 100 rps, allocation pays for 4 * 25 = 100 rps, 1000 rps of traffic
+    assert policy.step([powerful(100.0)], 4.0, 1000.0) == pytest.approx(0.08)
+
+
+def test_allocation_limits_measured_capacity() -> None:
+    policy = SbmPolicy(CONFIG)
+    assert policy.step([powerful(400.0)], 2.0, 1000.0) == pytest.approx(0.8 * 50 / 1000)
+
+
+def test_coverage_never_exceeds_max() -> None:
+    policy = SbmPolicy(CONFIG)
+    assert policy.step([powerful(10_000.0)], 1000.0, 100.0) == 0.5
+
+
+def test_zero_without_powerful_capacity() -> None:
+    policy = SbmPolicy(CONFIG, SbmState(coverage=0.3))
+    assert policy.step([powerful(100.0)], 0.0, 1000.0) == 0.0
+    policy = SbmPolicy(CONFIG, SbmState(coverage=0.3))
+    assert policy.step([], 4.0, 1000.0) == 0.0
+    policy = SbmPolicy(CONFIG, SbmState(coverage=0.3))
+    assert policy.step([powerful(100.0, tier="baseline")], 4.0, 1000.0) == 0.0
+
+
+def test_trimmed_multiplicatively_while_powerful_p99_exceeds_its_sla() -> None:
+    policy = SbmPolicy(CONFIG, SbmState(coverage=0.08))
+    assert policy.step([powerful(100.0, p99_ms=250.0)], 4.0, 1000.0) == pytest.approx(0.04)
+    assert policy.step([powerful(100.0, p99_ms=250.0)], 4.0, 1000.0) == pytest.approx(0.02)
+    assert policy.step([powerful(100.0, p99_ms=150.0)], 4.0, 1000.0) == pytest.approx(0.08)
+
+
+def test_rises_at_most_max_increase_per_period() -> None:
+    policy = SbmPolicy(msgspec.structs.replace(CONFIG, max_increase_per_period=0.02))
+    steps = [policy.step([powerful(1000.0)], 40.0, 1000.0) for _ in range(3)]
+    assert steps == pytest.approx([0.02, 0.04, 0.06])
+
+
+def test_holds_without_enough_samples_but_still_respects_capacity() -> None:
+    policy = SbmPolicy(CONFIG, SbmState(coverage=0.05))
+    assert policy.step([powerful(1000.0, enough=False)], 40.0, 1000.0) == 0.05
+    assert policy.step([powerful(25.0, enough=False)], 1.0, 1000.0) == pytest.approx(0.02)
+
+
+def test_unknown_traffic_never_raises_coverage() -> None:
+    policy = SbmPolicy(CONFIG, SbmState(coverage=0.05))
+    assert policy.step([powerful(1000.0)], 40.0, 0.0) == 0.05
+
+
+def test_clamp_only_lowers() -> None:
+    policy = SbmPolicy(CONFIG, SbmState(coverage=0.05))
+    assert policy.clamp(10_000.0, 100.0) == 0.05
+    assert policy.clamp(25.0, 1000.0) == pytest.approx(0.02)
+    assert policy.clamp(0.0, 1000.0) == 0.0
+
+
+def feed(est: SegmentEstimator, segment: str, model: str, values: list[float]) -> None:
+    for v in values:
+        est.observe(outcome(segment, model, v))
+
+
+def test_segment_gain_is_powerful_minus_baseline_and_tightens_with_data() -> None:
+    est = SegmentEstimator(CONFIG)
+    feed(est, "new-users", "baseline", [1.0, 1.2, 0.8] * 4)
+    feed(est, "new-users", "powerful", [1.5, 1.7, 1.3] * 4)
+    early = est.priority("new-users")
+    feed(est, "new-users", "baseline", [1.0, 1.2, 0.8] * 100)
+    feed(est, "new-users", "powerful", [1.5, 1.7, 1.3] * 100)
+    late = est.priority("new-users")
+    assert late.gain_mean == pytest.approx(0.5, abs=0.01)
+    assert late.gain_std < early.gain_std
+    assert late.observations == 624
+
+
+def test_segments_are_ranked_by_their_own_gain() -> None:
+    est = SegmentEstimator(CONFIG)
+    feed(est, "a", "baseline", [1.0] * 50)
+    feed(est, "a", "powerful", [2.0] * 50)
+    feed(est, "b", "baseline", [1.0] * 50)
+    feed(est, "b", "powerful", [1.1] * 50)
+    prio = est.priorities()
+    assert list(prio) == ["a", "b"]
+    assert prio["a"].gain_mean > prio["b"].gain_mean > 0
+
+
+def test_one_sided_segment_is_compared_with_fleet_value_not_zero() -> None:
+    est = SegmentEstimator(CONFIG)
+    feed(est, "a", "baseline", [5.0] * 200)
+    feed(est, "b", "powerful", [5.2] * 200)
+    assert est.priority("b").gain_mean == pytest.approx(0.2, abs=0.05)
+
+
+def test_segment_count_is_bounded_by_evicting_the_least_observed() -> None:
+    est = SegmentEstimator(msgspec.structs.replace(CONFIG, max_segments=2))
+    feed(est, "big", "baseline", [1.0] * 5)
+    feed(est, "small", "baseline", [1.0])
+    feed(est, "new", "baseline", [1.0])
+    assert set(est.priorities()) == {"big", "new"}
+
+
+def test_estimator_state_round_trips() -> None:
+    est = SegmentEstimator(CONFIG)
+    feed(est, "a", "baseline", [0.3, 0.9, 0.1])
+    feed(est, "a", "powerful", [0.7])
+    feed(est, "b", "powerful", [0.2, 0.4])
+    state = msgspec.json.decode(msgspec.json.encode(est.state), type=SegmentState)
+    again = SegmentEstimator(CONFIG, state)
+    assert again.priorities() == est.priorities()
+    feed(est, "a", "powerful", [0.5])
+    feed(again, "a", "powerful", [0.5])
+    assert again.state == est.state
