@@ -134,7 +134,7 @@ class ScopeController:
                                      if last is not None else (0.0, 0.0))
         self._last_windows: list[WindowStats] = []
         self._alloc_cache: tuple[tuple[CapacityVector, float, float], Allocation] | None = None
-        self.last_allocation = Allocation()
+        self._allocation = Allocation()
 
     # -- inputs --------------------------------------------------------------------------
 
@@ -206,9 +206,9 @@ class ScopeController:
         self._restart_ceiling = None
         rma = self._rma.step(stats, rma_budget(allocation, cfg.rma), dt_s,
                              ceiling=None if ceiling is None else ceiling[0])
-        coverage = self._sbm.step(stats, allocation.sbm_accel_units, self._observed.total_rps,
-                                  ceiling=None if ceiling is None else ceiling[1])
-        sbm = sbm_target(coverage, self._segments.priorities())
+        self._sbm.step(stats, allocation.sbm_accel_units, self._observed.total_rps,
+                       ceiling=None if ceiling is None else ceiling[1])
+        sbm = self._sbm.target(self._segments)
         return self._emit(now_ms, rma, sbm, "period" if ceiling is None else "restart")
 
     def _dt_s(self, now_ms: int) -> float:
@@ -238,7 +238,7 @@ class ScopeController:
         allocation = allocate(capacity, self.config.allocator, rma_max_units=rma_max,
                               sbm_max_units=sbm_max)
         self._alloc_cache = (key, allocation)
-        self.last_allocation = allocation
+        self._allocation = allocation
         return allocation
 
     def _demand_units(self) -> tuple[float, float]:
@@ -290,6 +290,11 @@ class ScopeController:
     def capacity(self) -> CapacityVector:
         """Live capacity as of the last tick or event time seen (for telemetry)."""
         return self._inventory.available(self.scope, self._last_tick_ms or 0)
+
+    @property
+    def allocation(self) -> Allocation:
+        """The allocation behind the last emitted targets (for telemetry)."""
+        return self._allocation
 
     @property
     def rma_policy(self) -> RmaPolicy:

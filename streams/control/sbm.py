@@ -86,6 +86,10 @@ class SbmPolicy:
             self.coverage = max(0.0, min(self.coverage, cap))
         return self.coverage
 
+    def target(self, estimator: SegmentEstimator) -> SbmTarget:
+        """The wire target: current coverage and every tracked segment's priority."""
+        return sbm_target(self.coverage, estimator.priorities())
+
     @property
     def state(self) -> SbmState:
         return SbmState(coverage=self.coverage)

@@ -57,11 +57,14 @@ class LatencyWindow:
     """Accumulates one pool's reports; ``close`` returns the stats and starts a new period."""
 
     __slots__ = ("_capacity", "_first_start", "_last_end", "_merger", "_util", "accelerator",
-                 "baseline", "done", "min_samples", "model", "pool_id", "region", "reports",
-                 "requests", "shed", "silent_periods", "tier")
+                 "baseline", "done", "min_samples", "model", "opened_ms", "pool_id", "region",
+                 "reports", "requests", "shed", "silent_periods", "tier")
 
     def __init__(self, pool_id: str, region: str, model: str, tier: str, accelerator: str,
-                 min_samples: int, relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY) -> None:
+                 min_samples: int, relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY, *,
+                 opened_ms: int | None = None) -> None:
+        self.opened_ms = opened_ms
+        """Start of the current period; None: the earliest report start seen in it."""
         self.pool_id = pool_id
         self.region = region
         self.model = model
@@ -75,9 +78,10 @@ class LatencyWindow:
 
     @classmethod
     def for_report(cls, report: WindowReport, min_samples: int,
-                   relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY) -> LatencyWindow:
+                   relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY, *,
+                   opened_ms: int | None = None) -> LatencyWindow:
         return cls(report.pool_id, report.region, report.model, report.tier, report.accelerator,
-                   min_samples, relative_accuracy)
+                   min_samples, relative_accuracy, opened_ms=opened_ms)
 
     def _clear(self) -> None:
         self.reports = self.requests = self.baseline = self.done = self.shed = 0
@@ -104,28 +108,36 @@ class LatencyWindow:
         if report.window_end_ms > self._last_end:
             self._last_end = report.window_end_ms
 
-    def close(self, start_ms: int, end_ms: int) -> WindowStats:
-        """The period's stats; the window is empty again afterwards."""
+    def close(self, now_ms: int) -> WindowStats:
+        """The period's stats; the window is empty again afterwards, its period opened now."""
+        start_ms = self.opened_ms
+        if start_ms is None:
+            start_ms = int(self._first_start) if self.reports else now_ms
+        start_ms = min(start_ms, now_ms)
+        end_ms = now_ms
         span_ms = self._last_end - self._first_start
         if not span_ms > 0:
             span_ms = max(end_ms - start_ms, 1)
         per_s = 1000.0 / span_ms
         merger = self._merger
         samples = merger.count
+        p50 = merger.quantile(0.5) if samples else 0.0
+        p99 = merger.quantile(0.99) if samples else 0.0
+        if not (math.isfinite(p50) and math.isfinite(p99)):  # counts claimed, bins empty
+            samples, p50, p99 = 0, 0.0, 0.0
         capacity = 0.0
         for worker in sorted(self._capacity):
             capacity += self._capacity[worker]
         stats = WindowStats(
             pool_id=self.pool_id, region=self.region, model=self.model, tier=self.tier,
             accelerator=self.accelerator, start_ms=start_ms, end_ms=end_ms,
-            reports=self.reports, samples=samples,
-            p50_ms=merger.quantile(0.5) if samples else 0.0,
-            p99_ms=merger.quantile(0.99) if samples else 0.0,
+            reports=self.reports, samples=samples, p50_ms=p50, p99_ms=p99,
             request_rate=self.requests * per_s, baseline_rate=self.baseline * per_s,
             optional_done_rate=self.done * per_s, shed_rate=self.shed * per_s,
             utilisation=self._util / self.reports if self.reports else 0.0,
             capacity_rps=capacity, enough_samples=samples >= self.min_samples)
         self.silent_periods = 0 if self.reports else self.silent_periods + 1
+        self.opened_ms = now_ms
         self._clear()
         return stats
 
@@ -157,10 +169,11 @@ class WindowSet:
         if len(self._windows) >= self.max_pools:
             raise TooManyPools(f"pool {report.pool_id!r} would exceed max_pools="
                                f"{self.max_pools}")
-        window = LatencyWindow.for_report(report, self.min_samples, self.relative_accuracy)
-        self._windows[report.pool_id] = window
         if self.opened_ms is None:
             self.opened_ms = report.window_start_ms
+        window = LatencyWindow.for_report(report, self.min_samples, self.relative_accuracy,
+                                          opened_ms=self.opened_ms)
+        self._windows[report.pool_id] = window
         return window
 
     def close(self, now_ms: int) -> list[WindowStats]:
@@ -169,9 +182,7 @@ class WindowSet:
         Pools silent for ``forget_after_periods`` closes are dropped, which bounds memory when
         pools come and go.
         """
-        start_ms = self.opened_ms if self.opened_ms is not None else now_ms
-        start_ms = min(start_ms, now_ms)
-        stats = [self._windows[pool].close(start_ms, now_ms) for pool in sorted(self._windows)]
+        stats = [self._windows[pool].close(now_ms) for pool in sorted(self._windows)]
         for pool in [p for p, w in self._windows.items()
                      if w.silent_periods >= self.forget_after_periods]:
             del self._windows[pool]

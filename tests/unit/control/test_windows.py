@@ -34,7 +34,8 @@ def test_tail_shows_in_p99_not_p50() -> None:
     window = LatencyWindow(RANK_POOL, "eu1", "baseline", "opportunistic", "a100", 10)
     r = report(samples=1000)
     window.add(msgspec.structs.replace(r, latency_ms=sketch(10.0, 1000, tail_ms=300.0)))
-    stats = window.close(0, 1000)
+    stats = window.close(1000)
+    assert (stats.start_ms, stats.end_ms) == (0, 1000)     # opened at the first report
     assert stats.p50_ms == pytest.approx(10.0, rel=0.03)
     assert stats.p99_ms == pytest.approx(300.0, rel=0.03)
 
@@ -93,4 +94,13 @@ def test_unlike_sketch_is_refused_before_anything_changes() -> None:
         sketch(10.0, 100), relative_accuracy=0.05))
     with pytest.raises(SketchMismatch):
         window.add(bad)
-    assert window.close(0, 1000).reports == 0
+    assert window.close(1000).reports == 0
+
+
+def test_counts_without_bins_do_not_count_as_samples() -> None:
+    window = LatencyWindow(RANK_POOL, "eu1", "baseline", "opportunistic", "a100", 1,
+                           opened_ms=0)
+    hollow = msgspec.structs.replace(sketch(10.0, 100), bins=[], zero_count=0)
+    window.add(msgspec.structs.replace(report(), latency_ms=hollow))
+    stats = window.close(1000)
+    assert stats.samples == 0 and not stats.enough_samples and stats.p99_ms == 0.0
