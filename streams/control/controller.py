@@ -127,11 +127,12 @@ class ScopeController:
         self._rma = RmaPolicy(config.rma, state.rma)
         self._sbm = SbmPolicy(config.sbm, state.sbm)
         self._segments = SegmentEstimator(config.sbm, state.segments)
-        self._restart_ceiling: tuple[float, float] | None = None
+        self._restart_ceiling: tuple[float, float, float] | None = None
         if restored:
             last = state.last_targets
-            self._restart_ceiling = ((float(last.rma.extra_candidates), last.sbm.coverage)
-                                     if last is not None else (0.0, 0.0))
+            self._restart_ceiling = ((float(last.rma.extra_candidates), last.sbm.coverage,
+                                      last.rma.budget_units_per_s)
+                                     if last is not None else (0.0, 0.0, 0.0))
         self._last_windows: list[WindowStats] = []
         self._alloc_cache: tuple[tuple[CapacityVector, float, float], Allocation] | None = None
         self._allocation = Allocation()
@@ -204,8 +205,10 @@ class ScopeController:
         allocation = self._allocate(now_ms)
         ceiling = self._restart_ceiling
         self._restart_ceiling = None
-        rma = self._rma.step(stats, rma_budget(allocation, cfg.rma), dt_s,
-                             ceiling=None if ceiling is None else ceiling[0])
+        budget = rma_budget(allocation, cfg.rma)
+        if ceiling is not None:
+            budget = min(budget, ceiling[2])
+        rma = self._rma.step(stats, budget, dt_s, ceiling=None if ceiling is None else ceiling[0])
         self._sbm.step(stats, allocation.sbm_accel_units, self._observed.total_rps,
                        ceiling=None if ceiling is None else ceiling[1])
         sbm = self._sbm.target(self._segments)

@@ -139,6 +139,7 @@ def test_first_tick_after_restore_is_held_to_the_last_targets() -> None:
     assert first.reason == "restart"
     assert first.rma.extra_candidates <= last.rma.extra_candidates
     assert first.sbm.coverage <= last.sbm.coverage
+    assert first.rma.budget_units_per_s <= last.rma.budget_units_per_s
     _, second = run(twin, t + PERIOD_MS, 1)
     assert second.reason == "period"
     assert second.rma.extra_candidates <= last.rma.extra_candidates + MAX_STEP
@@ -221,3 +222,17 @@ def test_segments_reach_the_targets() -> None:
     _, targets = run(c, 0, 1)
     seg = targets.sbm.segments["new-users"]
     assert seg.observations == 40 and seg.gain_mean > 0
+
+
+def test_preemption_before_any_tick_issues_nothing_optional() -> None:
+    c = granted()
+    fast = c.on_preemption(notice(POWERFUL_POOL, ts_ms=5), 5)
+    assert fast.epoch == 1 and fast.reason == "preemption"
+    assert fast.rma.extra_candidates == 0 and fast.sbm.coverage == 0.0
+
+
+def test_no_traffic_seen_means_no_capacity_handed_to_levers() -> None:
+    c = granted()
+    targets = c.tick(PERIOD_MS)
+    assert c.allocation.rma_accel == {} and c.allocation.sbm_accel == {}
+    assert targets.rma.extra_candidates == 0 and targets.sbm.coverage == 0.0
