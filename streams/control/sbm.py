@@ -6,7 +6,9 @@ measured capacity of the opportunistic powerful-model pools, limited by the acce
 the allocator gave SBM (``sbm_accel * powerful_rps_per_accel_unit``): replicas still reporting
 after their grant is gone do not count. Coverage rises by at most ``max_increase_per_period``
 per period, falls to the capacity bound at once, and is trimmed multiplicatively while the
-powerful pools' p99 exceeds their own SLA. No powerful capacity means zero coverage.
+powerful pools' p99 exceeds their own SLA. No powerful capacity means zero coverage. Without
+enough latency samples coverage holds, except at zero: a pool that is sent nothing reports
+no latency, so holding there would never start; one probing step is taken instead.
 
 ``SegmentEstimator`` learns, per segment, how much better the powerful model's outcomes are
 than the baseline's: a Normal-Normal posterior per (segment, model) whose prior is the model's
@@ -68,8 +70,10 @@ class SbmPolicy:
         judged = [w.p99_ms for w in stats if w.model == "powerful" and w.enough_samples]
         if cap is None:
             cap = min(self.coverage, cfg.max_coverage)
-        if not judged:
+        if not judged and self.coverage > 0:
             wanted = self.coverage                              # no evidence: hold
+        elif not judged:  # at zero coverage no latency can exist: probe one step
+            wanted = cfg.max_increase_per_period
         elif max(judged) > cfg.sla_p99_ms:
             wanted = self.coverage * cfg.trim_factor            # powerful pools too slow: trim
         else:

@@ -67,6 +67,12 @@ def test_holds_without_enough_samples_but_still_respects_capacity() -> None:
     assert policy.step([powerful(25.0, enough=False)], 1.0, 1000.0) == pytest.approx(0.02)
 
 
+def test_zero_coverage_probes_one_step_since_an_idle_pool_reports_no_latency() -> None:
+    policy = SbmPolicy(msgspec.structs.replace(CONFIG, max_increase_per_period=0.02))
+    assert policy.step([powerful(1000.0, enough=False)], 40.0, 1000.0) == pytest.approx(0.02)
+    assert policy.step([powerful(1000.0, enough=False)], 40.0, 1000.0) == pytest.approx(0.02)
+
+
 def test_unknown_traffic_never_raises_coverage() -> None:
     policy = SbmPolicy(CONFIG, SbmState(coverage=0.05))
     assert policy.step([powerful(1000.0)], 40.0, 0.0) == 0.05
