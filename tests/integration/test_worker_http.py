@@ -1,0 +1,204 @@
+"""The worker over real HTTP with a real (tiny) torch model: baseline always served, optional
+work only as targets and admission allow, bad requests answered 4xx by name, metrics exposed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from tests.integration.worker_support import (
+    body,
+    notice,
+    now_ms,
+    rank_request,
+    running_worker,
+    targets,
+    tiny_config,
+)
+from workers.api import RANK_PATH, decode_response, encode
+from workers.runtime.worker import Worker
+
+Running = tuple[Worker, TestClient]
+
+
+@pytest.fixture
+async def running() -> AsyncIterator[Running]:
+    async with running_worker(tiny_config()) as pair:
+        yield pair
+
+
+async def post(client: TestClient, payload: bytes) -> tuple[int, dict]:
+    resp = await client.post(RANK_PATH, data=payload,
+                             headers={"content-type": "application/json"})
+    return resp.status, json.loads(await resp.read())
+
+
+async def test_without_targets_baseline_is_scored_and_extras_shed_as_stale(
+        running: Running) -> None:
+    _, client = running
+    status, raw = await post(client, body(5, 3))
+    assert status == 200
+    resp = decode_response(json.dumps(raw).encode())
+    assert resp.scored == 5 and len(resp.scores) == 5
+    assert (resp.optional_scored, resp.optional_shed, resp.shed_reason) == (0, 3, "stale_targets")
+    assert resp.model == "baseline" and resp.server.shedding_level in range(4)
+
+
+async def test_with_targets_extras_are_scored_up_to_the_target(running: Running) -> None:
+    worker, client = running
+    assert worker.offer_targets(targets(epoch=1, extra=4)).accepted
+    status, raw = await post(client, body(3, 2))
+    assert status == 200 and raw["scored"] == 5 and raw["optional_scored"] == 2
+    status, raw = await post(client, body(3, 6))
+    assert raw["scored"] == 7 and raw["optional_shed"] == 2
+    assert raw["shed_reason"] == "over_target"
+
+
+async def test_scores_match_the_model_in_request_order(running: Running) -> None:
+    worker, client = running
+    worker.offer_targets(targets(epoch=1, extra=8))
+    req = rank_request(4, 3, seed=11)
+    _, raw = await post(client, encode(req))
+    import numpy as np
+
+    assert worker.model is not None
+    direct = worker.model.score(np.tile(np.asarray(req.dense, np.float32), (7, 1)),
+                                np.asarray([c.sparse for c in req.candidates], np.int64))
+    np.testing.assert_allclose(raw["scores"], direct, rtol=1e-5, atol=1e-6)
+
+
+async def test_baseline_is_always_served_while_preempted(running: Running) -> None:
+    worker, client = running
+    worker.offer_targets(targets(epoch=1, extra=8))
+    assert worker.on_preemption(notice(worker.config.pool)) == "applied"
+    results = await asyncio.gather(*(post(client, body(4, 4, request_id=f"r{i}", seed=i))
+                                     for i in range(40)))
+    for status, raw in results:
+        assert status == 200
+        assert raw["scored"] == 4 and raw["optional_scored"] == 0
+        assert raw["shed_reason"] == "preemption"
+        assert raw["server"]["preempted"] is True and raw["server"]["shedding_level"] == 3
+    ready = await client.get("/readyz")
+    assert ready.status == 503 and "draining_until_ms" in await ready.json()
+
+
+async def test_newer_targets_after_preemption_resume_optional_work(running: Running) -> None:
+    worker, client = running
+    worker.offer_targets(targets(epoch=1, issued_at_ms=now_ms() - 1000))
+    worker.on_preemption(notice(worker.config.pool, replicas=["w1"]))
+    stale = worker.offer_targets(targets(epoch=2, issued_at_ms=now_ms() - 500))
+    assert not stale.accepted  # issued before the preemption: must not switch work back on
+    assert worker.offer_targets(targets(epoch=3, issued_at_ms=now_ms() + 5)).accepted
+    _, raw = await post(client, body(2, 2))
+    assert raw["optional_scored"] == 2 and raw["server"]["preempted"] is False
+
+
+async def test_notices_for_other_pools_or_replicas_change_nothing(running: Running) -> None:
+    worker, client = running
+    worker.offer_targets(targets(epoch=1))
+    assert worker.on_preemption(notice("eu1/rank/powerful/a100/opportunistic")) == "not_mine"
+    assert worker.on_preemption(notice(worker.config.pool, replicas=["w9"])) == "not_mine"
+    _, raw = await post(client, body(2, 2))
+    assert raw["optional_scored"] == 2
+
+
+async def test_expired_targets_fall_back_to_baseline_only(running: Running) -> None:
+    worker, client = running
+    worker.offer_targets(targets(epoch=1, ttl_ms=300))
+    _, raw = await post(client, body(2, 2))
+    assert raw["optional_scored"] == 2
+    await asyncio.sleep(0.35)
+    _, raw = await post(client, body(2, 2))
+    assert raw["optional_scored"] == 0 and raw["shed_reason"] == "stale_targets"
+
+
+@pytest.mark.parametrize(("payload", "status", "named"), [
+    (b"{not json", 400, "malformed JSON"),
+    (b'{"segment": "s", "value": 1, "deadline_ms": 5, "candidates": [], "base_count": 0}',
+     400, "request_id"),
+    (b'{"request_id": "r", "segment": "s", "value": "high", "deadline_ms": 5, '
+     b'"candidates": [], "base_count": 0}', 400, "$.value"),
+    (b'{"request_id": "r", "segment": "s", "value": 1, "deadline_ms": 5, '
+     b'"candidates": [], "base_count": 2}', 400, "base_count"),
+    (b'{"request_id": "r", "segment": "s", "value": 1, "deadline_ms": 5, "dense": [1.0], '
+     b'"candidates": [], "base_count": 0}', 422, "$.dense"),
+    (b'{"request_id": "r", "segment": "s", "value": 1, "deadline_ms": 5, '
+     b'"dense": [0, 0, 0, 0], "candidates": [{"id": 1, "sparse": [1, 2, 3]}, '
+     b'{"id": 2, "sparse": [1]}], "base_count": 1}', 422, "$.candidates[1].sparse"),
+    (b'{"request_id": "r", "segment": "s", "value": 1, "deadline_ms": 5, "candidates": [], '
+     b'"base_count": 0, "extra": true}', 400, "extra"),
+], ids=["bad-json", "missing-field", "wrong-type", "base-count", "dense-shape",
+        "sparse-shape", "unknown-field"])
+async def test_malformed_requests_get_4xx_naming_the_problem_and_serving_goes_on(
+        running: Running, payload: bytes, status: int, named: str) -> None:
+    _, client = running
+    got, raw = await post(client, payload)
+    assert got == status
+    assert named in raw["error"]
+    assert set(raw["server"]) == {"queue_delay_ms", "in_flight", "shedding_level", "preempted"}
+    ok, _ = await post(client, body(2, 0))
+    assert ok == 200
+
+
+async def test_oversized_body_is_refused_with_413() -> None:
+    async with running_worker(tiny_config(max_body_bytes=2048)) as (_, client):
+        status, raw = await post(client, body(60, 0))
+        assert status == 413 and "2048-byte limit" in raw["error"]
+        assert (await post(client, body(2, 0)))[0] == 200
+
+
+async def test_unknown_routes_and_methods_answer_json(running: Running) -> None:
+    _, client = running
+    resp = await client.get(RANK_PATH)
+    assert resp.status == 405 and "GET /v1/rank" in (await resp.json())["error"]
+    resp = await client.get("/nope")
+    assert resp.status == 404 and "/nope" in (await resp.json())["error"]
+
+
+async def test_health_says_the_model_shape_and_ready_without_kafka(running: Running) -> None:
+    _, client = running
+    health = await (await client.get("/healthz")).json()
+    assert health["num_dense"] == 4 and health["num_sparse"] == 3
+    ready = await client.get("/readyz")
+    assert ready.status == 200 and (await ready.json())["status"] == "ready"
+
+
+async def test_metrics_expose_latency_batches_sheds_targets_and_kafka(running: Running) -> None:
+    worker, client = running
+    await post(client, body(3, 2))  # extras shed: no targets yet
+    worker.offer_targets(targets(epoch=4, extra=2))
+    await post(client, body(3, 2))
+    text = await (await client.get("/metrics")).text()
+    for needle in (
+            'surplus_worker_latency_seconds_count{work_class="baseline"} 2.0',
+            'surplus_worker_latency_seconds_count{work_class="optional"} 1.0',
+            "surplus_worker_batch_rows_count",
+            'surplus_worker_optional_shed_units_total{reason="stale_targets"} 2.0',
+            "surplus_worker_targets_epoch 4.0",
+            "surplus_worker_targets_extra_candidates 2.0",
+            'surplus_worker_target_verdicts_total{verdict="applied"} 1.0',
+            "surplus_worker_kafka_outages_total 0.0",
+            "surplus_worker_preemption_reaction_seconds_count 0.0",
+            'surplus_worker_requests_total{outcome="ok"} 2.0'):
+        assert needle in text, needle
+
+
+async def test_opportunistic_powerful_replica_does_whole_requests_or_none() -> None:
+    config = tiny_config(tier="opportunistic", **{"model.name": "powerful"})
+    assert config.pool == "eu1/rank/powerful/cpu/opportunistic"
+    async with running_worker(config) as (worker, client):
+        status, raw = await post(client, body(3, 2))
+        # No targets: not even the "baseline" candidates are scored here, and the answer is
+        # not a 200, so a client cannot mistake it for a ranking and falls back.
+        assert status == 503 and raw["shed_reason"] == "stale_targets"
+        worker.offer_targets(targets(epoch=1, extra=0))
+        status, raw = await post(client, body(3, 2))
+        assert status == 200 and raw["model"] == "powerful" and raw["scored"] == 5
+        worker.on_preemption(notice(config.pool))
+        status, raw = await post(client, body(3, 2))
+        assert status == 503 and raw["shed_reason"] == "preemption"
+        assert worker.batcher.state().shed_units == {"stale_targets": 5, "preemption": 5}

@@ -1,0 +1,122 @@
+"""One worker's configuration: identity, model, HTTP, batching, admission, limits, Kafka.
+
+Loaded from a TOML file plus overrides (``surplus worker`` flags) and validated once at start:
+an unknown key, a wrong type or an out-of-range value stops the process with the key's path in
+the message, before any model is loaded or port is bound.
+
+Kafka is optional. Without a ``[kafka]`` table the worker serves with no targets, which means
+baseline only (invariant 2); with one, its keys are :class:`schemas.kafka_config.KafkaSettings`
+fields and any key left out falls back to ``SURPLUS_KAFKA_*`` in the environment.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
+from pydantic import ValidationError
+
+from schemas.contract import Tier
+from schemas.kafka_config import KafkaSettings
+from workers.policy.admission import AdmissionConfig
+from workers.policy.targets import LocalLimits
+from workers.runtime.batching import BatchingConfig
+from workers.runtime.models import ModelSpec
+
+Name = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:\-]+$")]
+
+
+class ConfigError(ValueError):
+    """The worker cannot start with this configuration; the message names the key."""
+
+
+class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Everything one inference worker needs to know at start."""
+
+    worker_id: Name
+    region: Name = "eu1"
+    service: Name = "rank"
+    tier: Tier = "baseline"
+    accelerator: Name = "cpu"
+    #: Defaults to ``{region}/{service}/{model}/{accelerator}/{tier}`` (see :attr:`pool`).
+    pool_id: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
+    model: ModelSpec = ModelSpec()
+    host: str = "127.0.0.1"
+    port: Annotated[int, Meta(ge=0, le=65_535)] = 8080
+    max_body_bytes: Annotated[int, Meta(ge=1024, le=64 << 20)] = 1 << 20
+    batching: BatchingConfig = BatchingConfig()
+    admission: AdmissionConfig = AdmissionConfig()
+    limits: LocalLimits = LocalLimits()
+    #: This replica's share of the fleet's optional-work budget in the targets.
+    budget_share: Annotated[float, Meta(gt=0.0, le=1.0)] = 1.0
+    report_interval_s: Annotated[float, Meta(ge=0.05, le=3600.0)] = 1.0
+    #: /readyz waits at most this long for the targets topic to be read to its end.
+    readiness_timeout_s: Annotated[float, Meta(ge=0.0, le=600.0)] = 10.0
+    #: How far back the preemption topic is read at start (a notice may predate a restart).
+    preemption_lookback_s: Annotated[float, Meta(ge=0.0, le=86_400.0)] = 300.0
+    #: Shared HMAC key: when set, unsigned or forged targets are refused.
+    targets_signing_key: str | None = None
+    kafka: dict[str, Any] | None = None
+
+    @property
+    def pool(self) -> str:
+        """The pool this replica belongs to (telemetry key, preemption match)."""
+        return self.pool_id or "/".join(
+            (self.region, self.service, self.model.name, self.accelerator, self.tier))
+
+    @property
+    def whole_request_optional(self) -> bool:
+        """An opportunistic replica of the powerful model only ever does optional work."""
+        return self.tier == "opportunistic" and self.model.name == "powerful"
+
+    def kafka_settings(self) -> KafkaSettings | None:
+        """The Kafka client settings, or None when this worker runs without Kafka."""
+        if self.kafka is None:
+            return None
+        try:
+            return KafkaSettings(**self.kafka)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            key = ".".join(str(p) for p in err["loc"])
+            raise ConfigError(f"bad worker config at `kafka{'.' + key if key else ''}`: "
+                              f"{err['msg']}") from None
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = tree
+    for part in parents:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"bad worker config at `{dotted}`: `{part}` is not a table")
+        node = child
+    node[leaf] = value
+
+
+def load_config(path: str | Path | None = None,
+                overrides: dict[str, Any] | None = None) -> WorkerConfig:
+    """Read TOML (if given), apply ``{"dotted.key": value}`` overrides, validate everything.
+
+    Raises :class:`ConfigError` naming the offending key; nothing has started yet.
+    """
+    tree: dict[str, Any] = {}
+    if path is not None:
+        try:
+            tree = msgspec.toml.decode(Path(path).read_bytes())
+        except OSError as exc:
+            raise ConfigError(f"cannot read worker config {path}: {exc.strerror}") from None
+        except msgspec.DecodeError as exc:
+            raise ConfigError(f"worker config {path} is not valid TOML: {exc}") from None
+    tree = copy.deepcopy(tree)
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            _set_dotted(tree, dotted, value)
+    try:
+        config = msgspec.convert(tree, WorkerConfig, strict=True)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"bad worker config: {exc}") from None
+    config.kafka_settings()  # fail now, not when the first Kafka client starts
+    return config

@@ -1,0 +1,173 @@
+"""The worker's HTTP face: POST /v1/rank, GET /healthz, /readyz, /metrics.
+
+Bodies are decoded with the shared strict codec (`workers.api`); anything malformed, oversized
+or of the wrong shape gets a 4xx JSON ``{"error": "..."}`` that names the problem, and the
+worker keeps serving. Every JSON response, errors included, carries the worker's
+``ServerState`` so clients can shed on their own before the control loop reacts.
+
+``serve(config)`` runs one worker until SIGTERM/SIGINT: HTTP first (so /healthz answers while
+the model loads), then the model and the inference thread, then Kafka; on a signal it stops
+taking requests, serves what is queued, flushes telemetry and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from schemas.codec import ContractError
+from workers.api import RANK_PATH, decode_request, encode
+from workers.runtime.config import WorkerConfig
+from workers.runtime.worker import ModelFailure, NotReady, OptionalShed, RequestError, Worker
+
+log = logging.getLogger("surplus.worker")
+
+WORKER_KEY = web.AppKey("worker", Worker)
+_json = msgspec.json.Encoder()
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _json_response(worker: Worker, status: int, body: dict[str, Any]) -> web.Response:
+    body.setdefault("server", msgspec.to_builtins(worker.server_state()))
+    return web.Response(status=status, body=_json.encode(body), content_type="application/json")
+
+
+@web.middleware
+async def _errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure is JSON naming the problem; an unexpected one never kills the worker."""
+    worker = request.app[WORKER_KEY]
+    try:
+        return await handler(request)
+    except web.HTTPRequestEntityTooLarge as exc:
+        return _json_response(worker, 413, {"error": f"body too large: {exc.text}"})
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _json_response(worker, exc.status, {"error": f"{exc.reason}: {request.method} "
+                                                            f"{request.path}"})
+    except Exception as exc:
+        log.exception("unexpected error on %s", request.path)
+        return _json_response(worker, 500, {"error": f"internal error: {type(exc).__name__}"})
+
+
+async def _rank(request: web.Request) -> web.Response:
+    worker = request.app[WORKER_KEY]
+    limit = worker.config.max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        worker.metrics.requests.labels("bad_request").inc()
+        return _json_response(worker, 413, {"error": f"body of {request.content_length} bytes "
+                                                     f"exceeds the {limit}-byte limit"})
+    body = await request.read()
+    try:
+        rank_request = decode_request(body, max_bytes=limit)
+    except ContractError as exc:
+        worker.metrics.requests.labels("bad_request").inc()
+        status = 413 if "exceeds the" in exc.reason else 400
+        return _json_response(worker, status, {"error": str(exc)})
+    try:
+        response = await worker.rank(rank_request)
+    except RequestError as exc:
+        worker.metrics.requests.labels("bad_request").inc()
+        return _json_response(worker, 422, {"error": f"RankRequest: {exc}"})
+    except OptionalShed as exc:
+        worker.metrics.requests.labels("optional_shed").inc()
+        return _json_response(worker, 503, {"error": str(exc), "shed_reason": exc.reason})
+    except NotReady as exc:
+        worker.metrics.requests.labels("not_ready").inc()
+        return _json_response(worker, 503, {"error": str(exc)})
+    except ModelFailure as exc:
+        return _json_response(worker, 500, {"error": str(exc)})
+    return web.Response(body=encode(response), content_type="application/json")
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    """Alive: the event loop answers. Also says what input shape the model takes."""
+    worker = request.app[WORKER_KEY]
+    cfg = worker.config.model
+    return _json_response(worker, 200, {
+        "status": "ok", "worker_id": worker.config.worker_id, "pool_id": worker.config.pool,
+        "model": cfg.name, "num_dense": cfg.config.num_dense,
+        "num_sparse": cfg.config.num_sparse})
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    worker = request.app[WORKER_KEY]
+    ready, detail = worker.readiness()
+    return _json_response(worker, 200 if ready else 503,
+                          {"status": "ready" if ready else "not_ready", **detail})
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    worker = request.app[WORKER_KEY]
+    body = generate_latest(worker.metrics.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def create_app(worker: Worker) -> web.Application:
+    """The aiohttp application of one worker (the worker is started separately)."""
+    # aiohttp's own limit is a little above ours so that we, not it, word the 413.
+    app = web.Application(client_max_size=worker.config.max_body_bytes + 1,
+                          middlewares=[_errors_as_json])
+    app[WORKER_KEY] = worker
+    app.router.add_post(RANK_PATH, _rank)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", _metrics)
+    return app
+
+
+async def serve(config: WorkerConfig, stop: asyncio.Event | None = None,
+                on_ready: Callable[[Worker, int], None] | None = None) -> None:
+    """Run one worker until ``stop`` is set or SIGTERM/SIGINT arrives, then shut down cleanly.
+
+    ``on_ready(worker, port)`` is called once the port is bound and the model serves.
+    """
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
+            loop.add_signal_handler(sig, stop.set)
+    worker = Worker(config)
+    runner = web.AppRunner(create_app(worker), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port)
+    await site.start()
+    port = runner.addresses[0][1]
+    kafka = None
+    try:
+        await worker.start()
+        kafka = _start_kafka(worker)
+        log.info("worker %s serving %s on %s:%d", config.worker_id, worker.model and
+                 worker.model.source, config.host, port)
+        if on_ready is not None:
+            on_ready(worker, port)
+        await stop.wait()
+    finally:
+        log.info("worker %s shutting down", config.worker_id)
+        worker.stopping = True
+        await site.stop()
+        await worker.stop()
+        if kafka is not None:
+            await asyncio.to_thread(kafka.stop)
+        await runner.cleanup()
+
+
+def _start_kafka(worker: Worker) -> Any:
+    settings = worker.config.kafka_settings()
+    if settings is None:
+        return None
+    from workers.runtime.kafka_io import KafkaIO
+
+    kafka = KafkaIO(worker, settings)
+    kafka.start()
+    worker.kafka = kafka
+    return kafka

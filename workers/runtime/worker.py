@@ -1,0 +1,350 @@
+"""One inference worker: the model, the batcher, the targets it holds, and how a request is split.
+
+Per request, the first ``base_count`` candidates are baseline work: always queued, never shed.
+The rest are optional RMA extra candidates: only as many as the current targets allow (none
+while targets are missing, stale or preempted), and only if admission takes them. An
+opportunistic replica of the powerful model treats the whole request as optional: if it cannot
+do it, the client falls back to the baseline replicas provisioned for all traffic.
+
+This object is shared by the HTTP handlers (event loop thread), the inference thread and the
+Kafka threads. Admission is guarded by the batcher's lock and the target state by its own, so a
+preemption notice can stop optional work from the Kafka thread without waiting for the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+from schemas.contract import ControlTargets, PreemptionNotice, WindowReport
+from workers.api import RankRequest, RankResponse, ServerState
+from workers.policy import signing
+from workers.policy.admission import Admission
+from workers.policy.targets import EffectiveTargets, TargetState, TargetVerdict
+from workers.runtime.batching import Batcher, BatcherStopped, BatchReport, Job, Shed
+from workers.runtime.config import WorkerConfig
+from workers.runtime.metrics import Snapshot, WorkerMetrics
+from workers.runtime.models import LoadedModel, load_model
+from workers.runtime.telemetry import Identity, LoadTotals, TelemetryWindow
+
+REASON_STALE_TARGETS = "stale_targets"
+REASON_PREEMPTION = "preemption"
+REASON_OVER_TARGET = "over_target"
+
+
+class RequestError(ValueError):
+    """The request cannot be scored as sent (HTTP 422); the message names the field."""
+
+
+class NotReady(RuntimeError):
+    """The worker cannot serve right now: model still loading, or shutting down (HTTP 503)."""
+
+
+class OptionalShed(RuntimeError):
+    """A whole-request optional unit (SBM) was not done (HTTP 503, so the client falls back)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"optional request shed: {reason}")
+        self.reason = reason
+
+
+class ModelFailure(RuntimeError):
+    """The model raised on this request's batch (HTTP 500); the worker keeps serving."""
+
+
+class KafkaLink(Protocol):
+    """What the worker needs from its Kafka I/O (see ``kafka_io.KafkaIO``)."""
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]: ...
+
+
+def wall_ms() -> int:
+    """Wall-clock milliseconds: the time base of targets, notices and reports."""
+    return time.time_ns() // 1_000_000
+
+
+def fail_safe_reason(targets: EffectiveTargets) -> str:
+    """The shed reason for optional work refused because targets say baseline only."""
+    return REASON_PREEMPTION if targets.reason == "preempted" else REASON_STALE_TARGETS
+
+
+class Worker:
+    """See the module docstring. ``start`` loads the model; ``rank`` serves one request."""
+
+    def __init__(self, config: WorkerConfig, clock_ms: Callable[[], int] = wall_ms) -> None:
+        self.config = config
+        self.clock_ms = clock_ms
+        self.model: LoadedModel | None = None
+        self.admission: Admission[Job] = Admission(config.admission)
+        self.batcher = Batcher(_NotLoaded(), self.admission, config.batching,
+                               on_batch=self._on_batch)
+        key = config.targets_signing_key
+        self.targets = TargetState(config.region, config.limits,
+                                   signing.verifier(key) if key else None)
+        self._targets_lock = threading.Lock()
+        self.metrics = WorkerMetrics(self.snapshot)
+        self.window = TelemetryWindow(Identity(
+            pool_id=config.pool, worker_id=config.worker_id, region=config.region,
+            service=config.service, model=config.model.name, tier=config.tier,
+            accelerator=config.accelerator), clock_ms())
+        self.in_flight = 0
+        self.kafka: KafkaLink | None = None
+        self.draining_deadline_ms: int | None = None
+        self.stopping = False
+        #: Called in the Kafka thread right after optional work stopped: (notice, perf_ns).
+        self.preemption_listeners: list[Callable[[PreemptionNotice, int], None]] = []
+        self._budget: float | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self, model: LoadedModel | None = None) -> None:
+        """Load the model (off the event loop) and start the inference thread."""
+        loaded = model if model is not None else await asyncio.to_thread(load_model,
+                                                                          self.config.model)
+        self.batcher.scorer = loaded
+        self.model = loaded
+        self.batcher.start()
+
+    async def stop(self) -> None:
+        """Refuse new work, serve what is queued, stop the inference thread."""
+        self.stopping = True
+        await asyncio.to_thread(self.batcher.stop)
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Ready once the model serves and targets were read (or we gave up waiting)."""
+        detail: dict[str, Any] = {"model": self.model.source if self.model else "loading",
+                                  "worker_id": self.config.worker_id, "pool_id": self.config.pool}
+        ready = self.model is not None and self.batcher.running and not self.stopping
+        if self.draining_deadline_ms is not None:
+            detail["draining_until_ms"] = self.draining_deadline_ms
+            ready = False
+        if self.kafka is not None:
+            kafka_ready, kafka_detail = self.kafka.readiness()
+            detail["kafka"] = kafka_detail
+            ready = ready and kafka_ready
+        return ready, detail
+
+    # -- requests --------------------------------------------------------------------------------
+
+    async def rank(self, req: RankRequest) -> RankResponse:
+        """Score the request's baseline candidates, and the optional ones that are allowed."""
+        if self.model is None or not self.batcher.running or self.stopping:
+            raise NotReady("the model is still loading" if self.model is None
+                           else "the worker is shutting down")
+        dense, sparse = self._arrays(req)
+        started = time.perf_counter()
+        effective = self.current_targets()
+        self.in_flight += 1
+        try:
+            if self.config.whole_request_optional:
+                return await self._serve_whole(req, dense, sparse, effective, started)
+            return await self._serve_split(req, dense, sparse, effective, started)
+        finally:
+            self.in_flight -= 1
+
+    async def _serve_whole(self, req: RankRequest, dense: np.ndarray, sparse: np.ndarray,
+                           effective: EffectiveTargets, started: float) -> RankResponse:
+        """SBM: the request is one unit of optional work, done whole or not at all.
+
+        Not doing it raises :class:`OptionalShed` (HTTP 503), never a 200 without the baseline
+        candidates' scores, so the client always falls back to the baseline pool.
+        """
+        n = len(sparse)
+        if effective.baseline_only:
+            reason = fail_safe_reason(effective)
+            self.batcher.count_shed(reason, n)
+            self.window.record(0.0, False, n, 0)
+            raise OptionalShed(reason)
+        try:
+            scores = await self.batcher.submit_optional(dense, sparse, req.value, req.deadline_ms)
+        except Shed as shed:
+            self.window.record((time.perf_counter() - started) * 1000.0, False, n, 0)
+            raise OptionalShed(shed.reason) from None
+        except BatcherStopped as exc:
+            raise NotReady(str(exc)) from None
+        except RuntimeError as exc:
+            self.batcher.count_shed("model_failure", n)
+            self.window.record_rejected(False)
+            raise ModelFailure(str(exc)) from None
+        elapsed = time.perf_counter() - started
+        self.metrics.latency.labels("optional").observe(elapsed)
+        self.window.record(elapsed * 1000.0, False, n, n)
+        self.metrics.requests.labels("ok").inc()
+        return RankResponse(
+            request_id=req.request_id, model=self.config.model.name, scores=scores.tolist(),
+            scored=n, optional_scored=n - req.base_count, optional_shed=0,
+            server=self.server_state())
+
+    def _allowed_extra(self, effective: EffectiveTargets, extra_n: int) -> tuple[int, str | None]:
+        """RMA: how many extra candidates may be queued, and why the others are shed."""
+        if extra_n == 0:
+            return 0, None
+        if effective.baseline_only:
+            return 0, fail_safe_reason(effective)
+        self._apply_budget(effective)
+        allowed = min(extra_n, effective.extra_candidates)
+        return allowed, REASON_OVER_TARGET if allowed < extra_n else None
+
+    async def _serve_split(self, req: RankRequest, dense: np.ndarray, sparse: np.ndarray,
+                           effective: EffectiveTargets, started: float) -> RankResponse:
+        """RMA: baseline candidates always scored; extra candidates only as allowed."""
+        base_n = req.base_count
+        extra_n = len(sparse) - base_n
+        allowed, refusal = self._allowed_extra(effective, extra_n)
+        try:
+            base_fut = self.batcher.submit_baseline(dense, sparse[:base_n]) if base_n else None
+            opt_fut = (self.batcher.submit_optional(dense, sparse[base_n:base_n + allowed],
+                                                    req.value, req.deadline_ms)
+                       if allowed else None)
+        except BatcherStopped as exc:
+            self.window.record_rejected(base_n > 0)
+            raise NotReady(str(exc)) from None
+        if extra_n > allowed and refusal is not None:
+            self.batcher.count_shed(refusal, extra_n - allowed)
+        scores: list[float] = []
+        try:
+            if base_fut is not None:
+                scores += (await base_fut).tolist()
+                self.metrics.latency.labels("baseline").observe(time.perf_counter() - started)
+        except asyncio.CancelledError:  # the caller went away; the rows are still scored
+            _discard(opt_fut)
+            raise
+        except RuntimeError as exc:
+            _discard(opt_fut)
+            self.window.record_rejected(True)
+            self.metrics.requests.labels("model_failure").inc()
+            raise ModelFailure(str(exc)) from None
+        optional_done, shed_reason = 0, refusal
+        if opt_fut is not None:
+            try:
+                scores += (await opt_fut).tolist()
+                optional_done = allowed
+                self.metrics.latency.labels("optional").observe(time.perf_counter() - started)
+            except Shed as shed:
+                shed_reason = shed.reason
+            except RuntimeError:
+                shed_reason = "model_failure"
+                self.batcher.count_shed(shed_reason, allowed)
+        self.window.record((time.perf_counter() - started) * 1000.0, base_n > 0, len(sparse),
+                           optional_done)
+        self.metrics.requests.labels("ok").inc()
+        return RankResponse(
+            request_id=req.request_id, model=self.config.model.name, scores=scores,
+            scored=len(scores), optional_scored=optional_done,
+            optional_shed=extra_n - optional_done,
+            shed_reason=shed_reason if optional_done < extra_n else None,
+            server=self.server_state())
+
+    def _arrays(self, req: RankRequest) -> tuple[np.ndarray, np.ndarray]:
+        """Dense vector and sparse rows of the model's shape; RequestError names a bad field."""
+        cfg = self.config.model.config
+        if len(req.dense) != cfg.num_dense:
+            raise RequestError(f"`$.dense` has {len(req.dense)} values; the "
+                               f"{self.config.model.name} model takes {cfg.num_dense}")
+        for i, candidate in enumerate(req.candidates):
+            if len(candidate.sparse) != cfg.num_sparse:
+                raise RequestError(f"`$.candidates[{i}].sparse` has {len(candidate.sparse)} ids;"
+                                   f" the {self.config.model.name} model takes "
+                                   f"{cfg.num_sparse}")
+        dense = np.asarray(req.dense, dtype=np.float32)
+        sparse = np.asarray([c.sparse for c in req.candidates], dtype=np.int64)
+        return dense, sparse.reshape(len(req.candidates), cfg.num_sparse)
+
+    def _apply_budget(self, effective: EffectiveTargets) -> None:
+        budget = effective.budget_units_per_s * self.config.budget_share
+        if budget != self._budget:
+            self._budget = budget
+            self.batcher.set_budget(budget)
+
+    def server_state(self) -> ServerState:
+        state = self.batcher.state()
+        return ServerState(queue_delay_ms=max(0.0, state.queue_delay_ms), in_flight=self.in_flight,
+                           shedding_level=state.shedding_level,
+                           preempted=state.preempted or self.targets.preempted)
+
+    # -- control (any thread) --------------------------------------------------------------------
+
+    def current_targets(self) -> EffectiveTargets:
+        with self._targets_lock:
+            return self.targets.current(self.clock_ms())
+
+    def offer_targets(self, targets: ControlTargets) -> TargetVerdict:
+        """Apply targets read from Kafka; new targets after a preemption resume optional work."""
+        with self._targets_lock:
+            verdict = self.targets.offer(targets, self.clock_ms())
+            still_preempted = self.targets.preempted
+        if verdict.accepted and not still_preempted and self.admission.preempted:
+            self.batcher.resume()
+            self.draining_deadline_ms = None
+        return verdict
+
+    def concerns_me(self, notice: PreemptionNotice) -> bool:
+        return notice.pool_id == self.config.pool and (
+            not notice.replicas or self.config.worker_id in notice.replicas)
+
+    def on_preemption(self, notice: PreemptionNotice) -> str:
+        """Stop optional work now if the notice is for this replica; returns the outcome."""
+        if not self.concerns_me(notice):
+            return "not_mine"
+        now = self.clock_ms()
+        if notice.deadline_ms < now:
+            return "expired"  # read back from before a restart: the reclaim already happened
+        self.batcher.preempt()
+        with self._targets_lock:
+            self.targets.preempt(now)
+        stopped_ns = time.perf_counter_ns()
+        reaction_ms = time.time_ns() / 1e6 - notice.ts_ms
+        self.metrics.preemption_reaction.observe(max(0.0, reaction_ms) / 1000.0)
+        self.metrics.preemptions.inc()
+        self.draining_deadline_ms = notice.deadline_ms
+        for listener in self.preemption_listeners:
+            listener(notice, stopped_ns)
+        return "applied"
+
+    # -- observation -----------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        with self._targets_lock:
+            effective = self.targets.current(self.clock_ms())
+            verdicts = dict(self.targets.counters)
+        return Snapshot(self.batcher.state(), effective, verdicts, self.in_flight)
+
+    def load_totals(self) -> LoadTotals:
+        state = self.batcher.state()
+        return LoadTotals(rows_done=self.batcher.rows_done, busy_s=self.batcher.busy_s,
+                          shed_units=state.shed_units,
+                          queue_items=state.baseline_items + state.optional_items,
+                          queue_delay_ms=state.queue_delay_ms, ms_per_unit=state.ms_per_unit)
+
+    def window_report(self) -> WindowReport:
+        """Close the telemetry window and return its report."""
+        return self.window.close(self.clock_ms(), self.load_totals())
+
+    def _on_batch(self, report: BatchReport) -> None:
+        m = self.metrics
+        m.batch_rows.observe(report.rows)
+        m.forward.observe(report.forward_s)
+        for optional, wait_ms in report.queue_wait_ms:
+            m.queue_wait.labels("optional" if optional else "baseline").observe(
+                max(0.0, wait_ms) / 1000.0)
+
+
+class _NotLoaded:
+    def score(self, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
+        raise RuntimeError("no model loaded")
+
+
+def _discard(fut: asyncio.Future[Any] | None) -> None:
+    """Stop caring about a future without leaving an unretrieved exception behind."""
+    if fut is None:
+        return
+    if fut.done():
+        if not fut.cancelled():
+            fut.exception()
+    else:
+        fut.cancel()
