@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 
-from schemas.kafka_config import KafkaSettings
 from surplus import localkafka
+from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings
+from surplus.control_cmd import control_plane
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Surplus: harvest spare inference capacity for optional ranking work.")
@@ -21,31 +21,9 @@ kafka_app = typer.Typer(no_args_is_help=True, help="The embedded local Kafka bro
 topics_app = typer.Typer(no_args_is_help=True, help="The topic catalog on a cluster.")
 app.add_typer(kafka_app, name="kafka")
 app.add_typer(topics_app, name="topics")
+app.command("control-plane")(control_plane)
 
 DataDir = Annotated[Path, typer.Option("--data-dir", help="Broker state and logs.")]
-Bootstrap = Annotated[str | None, typer.Option("--bootstrap", "-b",
-                                               help="Kafka bootstrap servers (default: "
-                                                    "$SURPLUS_KAFKA_BOOTSTRAP or 127.0.0.1:9092)")]
-Prefix = Annotated[str | None, typer.Option("--prefix", help="Topic name prefix.")]
-
-
-def fail(reason: str) -> None:
-    """One line on stderr, exit status 1."""
-    typer.echo(f"error: {reason}", err=True)
-    raise typer.Exit(1)
-
-
-def kafka_settings(bootstrap: str | None = None, prefix: str | None = None) -> KafkaSettings:
-    """Settings from the environment, overridden by flags; bad config names the key and exits."""
-    overrides: dict[str, Any] = {k: v for k, v in {"bootstrap": bootstrap,
-                                                   "prefix": prefix}.items() if v}
-    try:
-        return KafkaSettings(**overrides)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"]) or "settings"
-        fail(f"bad Kafka setting {key}: {err['msg']}")
-        raise AssertionError("unreachable") from None
 
 
 @kafka_app.command("fetch")

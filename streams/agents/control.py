@@ -1,0 +1,185 @@
+"""The control agent: every input topic of a scope flows through one ordered handler.
+
+All input topics are keyed by scope and co-partitioned, so one agent subscribed to all of them
+sees every event of a scope in the process that owns its partition. Ticks are messages too: a
+timer sends one to each partition this process owns, and the agent ticks the scopes stored on
+that partition. Running the control laws inside stream iteration is what lets the changelog
+table record their state on the right partition, and what makes a rebalance hand a scope over
+with its state rather than with a gap or a duplicate.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from typing import Any
+
+import faust
+import msgspec
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from schemas.codec import ContractError, decode, encode
+from schemas.contract import (
+    CapacityEvent,
+    ControlTargets,
+    DeadLetter,
+    PreemptionNotice,
+    RoutingOutcome,
+    WindowReport,
+)
+from schemas.kafka_config import KafkaSettings
+from schemas.sketch import SketchMismatch
+from streams.control.config import ControlConfig
+from streams.control.controller import ScopeMismatch
+from streams.control.windows import TooManyPools
+from streams.scopes import ScopeRegistry
+from streams.settings import ControlPlaneSettings
+
+log = logging.getLogger(__name__)
+
+INPUTS = ("telemetry", "capacity", "preemption", "outcomes")
+
+
+class Tick(msgspec.Struct, frozen=True):
+    ts_ms: int
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Metrics:
+    """The control plane's Prometheus series (own registry: several apps may share a process)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.events = Counter("surplus_control_events_total", "Input events handled",
+                              ["topic"], registry=self.registry)
+        self.rejected = Counter("surplus_control_rejected_total",
+                                "Input events sent to the dead-letter topic", ["topic", "reason"],
+                                registry=self.registry)
+        self.targets = Counter("surplus_control_targets_total", "ControlTargets published",
+                               ["scope", "reason"], registry=self.registry)
+        self.extra = Gauge("surplus_control_extra_candidates", "RMA extra-candidate target",
+                           ["scope"], registry=self.registry)
+        self.coverage = Gauge("surplus_control_sbm_coverage", "SBM coverage target",
+                              ["scope"], registry=self.registry)
+        self.tick_seconds = Histogram("surplus_control_tick_seconds",
+                                      "Time to run the controllers of one scope",
+                                      registry=self.registry)
+
+
+class ControlPlane:
+    """Topics, table, agent and timer of one control-plane app."""
+
+    def __init__(self, app: faust.App, kafka: KafkaSettings, settings: ControlPlaneSettings,
+                 config: ControlConfig) -> None:
+        self.app = app
+        self.kafka = kafka
+        self.config = config
+        self.metrics = Metrics()
+        self.names = {kafka.topic(logical): logical for logical in INPUTS}
+        raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
+                               "value_serializer": "raw"}
+        self.inputs = app.topic(*self.names, **raw)
+        self.ticks = app.topic(f"{kafka.prefix}{settings.app_id}-ticks", internal=True,
+                               partitions=settings.partitions, **raw)
+        self.targets = app.topic(kafka.topic("targets"), **raw)
+        self.deadletter = app.topic(kafka.topic("deadletter"), **raw)
+        self.table = app.Table("scopes", default=None, partitions=settings.partitions,
+                               schema=faust.Schema(key_type=str, key_serializer="json",
+                                                   value_serializer="json"))
+        self.registry = ScopeRegistry(config, self.table)
+        app.agent(self.inputs, name="surplus-control-inputs")(self._inputs_agent)
+        app.agent(self.ticks, name="surplus-control-ticks")(self._ticks_agent)
+        app.timer(interval=config.period_s / 2, name="surplus-control-tick-timer")(
+            self._send_ticks)
+        app.on_partitions_revoked.connect(self._on_revoked)  # type: ignore[arg-type]
+        if settings.metrics_port:
+            start_http_server(settings.metrics_port, registry=self.metrics.registry)
+
+    async def _inputs_agent(self, stream: faust.StreamT) -> None:
+        async for event in stream.events():
+            message = event.message
+            logical = self.names[message.topic]
+            self.metrics.events.labels(logical).inc()
+            try:
+                await self._handle(logical, event.key, event.value, message.partition)
+            except ContractError as exc:
+                await self._dead_letter(message, exc.reason)
+            except (SketchMismatch, TooManyPools, ScopeMismatch) as exc:
+                await self._dead_letter(message, f"{type(exc).__name__}: {exc}")
+
+    async def _handle(self, logical: str, key: bytes | None, value: bytes,
+                      partition: int) -> None:
+        scope = key.decode(errors="replace") if key else ""
+        ts = now_ms()
+        if logical == "telemetry":
+            report = decode(WindowReport, value)
+            self._check_scope(scope, report.region)
+            self.registry.get(scope, partition).controller.on_report(report, ts)
+        elif logical == "capacity":
+            event = decode(CapacityEvent, value)
+            self._check_scope(scope, event.region)
+            self.registry.get(scope, partition).controller.on_capacity(event, ts)
+            self.registry.save(scope)
+        elif logical == "preemption":
+            notice = decode(PreemptionNotice, value)
+            self._check_scope(scope, notice.region)
+            targets = self.registry.get(scope, partition).controller.on_preemption(notice, ts)
+            self.registry.save(scope)
+            await self._publish(targets)
+        else:
+            outcome = decode(RoutingOutcome, value)
+            self._check_scope(scope, outcome.scope)
+            self.registry.get(scope, partition).controller.on_outcome(outcome, ts)
+
+    @staticmethod
+    def _check_scope(key: str, scope: str) -> None:
+        """The key decides the partition, so a key that lies about the scope is refused."""
+        if key != scope:
+            raise ContractError("key", f"message key {key!r} does not match scope {scope!r}")
+
+    async def _ticks_agent(self, stream: faust.StreamT) -> None:
+        async for event in stream.events():
+            tick = msgspec.json.decode(event.value, type=Tick)
+            for scope in self.registry.scopes_on(event.message.partition):
+                entry = self.registry.get(scope, event.message.partition)
+                if not self.registry.due(entry, tick.ts_ms):
+                    continue
+                started = time.perf_counter()
+                targets = entry.controller.tick(tick.ts_ms)
+                self.metrics.tick_seconds.observe(time.perf_counter() - started)
+                entry.last_tick_ms = tick.ts_ms
+                self.registry.save(scope)  # before publishing: an epoch on the wire is never reused
+                await self._publish(targets)
+
+    async def _send_ticks(self) -> None:
+        """Tick each partition this process owns; the owner of a scope is the only ticker."""
+        name = self.ticks.get_topic_name()
+        tick = msgspec.json.encode(Tick(now_ms()))
+        for tp in sorted(self.app.assignor.assigned_actives()):
+            if tp.topic == name:
+                await self.ticks.send(value=tick, partition=tp.partition)
+
+    async def _publish(self, targets: ControlTargets) -> None:
+        await self.targets.send(key=targets.scope.encode(), value=encode(targets))
+        self.metrics.targets.labels(targets.scope, targets.reason).inc()
+        self.metrics.extra.labels(targets.scope).set(targets.rma.extra_candidates)
+        self.metrics.coverage.labels(targets.scope).set(targets.sbm.coverage)
+
+    async def _dead_letter(self, message: Any, reason: str) -> None:
+        logical = self.names.get(message.topic, message.topic)
+        self.metrics.rejected.labels(logical, reason.split(" ")[0][:40]).inc()
+        letter = DeadLetter(
+            ts_ms=now_ms(), source_topic=message.topic, partition=message.partition,
+            offset=message.offset, reason=reason[:2000],
+            key_b64=base64.b64encode(message.key).decode() if message.key else None,
+            value_b64=base64.b64encode(message.value or b"").decode())
+        await self.deadletter.send(key=message.topic.encode(), value=encode(letter))
+        log.warning("dead-lettered %s[%d]@%d: %s", message.topic, message.partition,
+                    message.offset, reason)
+
+    async def _on_revoked(self, app: faust.App, revoked: set[Any], **_: Any) -> None:
+        self.registry.forget(tp.partition for tp in revoked)

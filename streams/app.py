@@ -1,0 +1,70 @@
+"""The Faust app of the control plane: `faust -A streams.app worker` or `surplus control-plane`.
+
+This module and `streams/agents/` are the only places that import faust. The app is built from
+settings so tests and the CLI can make their own; the module-level `app` reads the environment.
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+import faust
+
+from schemas.kafka_config import KafkaSettings
+from streams.control.config import ControlConfig, load_config
+from streams.settings import ControlPlaneSettings
+
+
+def broker_kwargs(kafka: KafkaSettings) -> dict[str, Any]:
+    """Faust broker URL and credentials from the one Kafka settings block."""
+    urls = ";".join(f"kafka://{host.strip()}" for host in kafka.bootstrap.split(","))
+    kwargs: dict[str, Any] = {"broker": urls}
+    context = _ssl_context(kafka) if kafka.uses_ssl else None
+    if kafka.sasl_mechanism:
+        kwargs["broker_credentials"] = faust.SASLCredentials(
+            username=kafka.sasl_username, password=kafka.sasl_password,
+            mechanism=kafka.sasl_mechanism, ssl_context=context)
+    elif context is not None:
+        kwargs["broker_credentials"] = faust.SSLCredentials(context)
+    return kwargs
+
+
+def _ssl_context(kafka: KafkaSettings) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=kafka.ssl_cafile)
+    if kafka.ssl_certfile and kafka.ssl_keyfile:
+        context.load_cert_chain(kafka.ssl_certfile, kafka.ssl_keyfile)
+    return context
+
+
+def create_app(kafka: KafkaSettings | None = None, settings: ControlPlaneSettings | None = None,
+               config: ControlConfig | None = None) -> faust.App:
+    """A configured app with the control agents registered on it."""
+    from streams.agents.control import ControlPlane
+
+    kafka = kafka or KafkaSettings()
+    settings = settings or ControlPlaneSettings()
+    if config is None:
+        config = load_config(settings.config_path) if settings.config_path else ControlConfig()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    app = faust.App(
+        settings.app_id,
+        **broker_kwargs(kafka),
+        store="memory://",
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication_factor,
+        topic_disable_leader=True,
+        web_enabled=False,
+        datadir=str(settings.data_dir),
+        consumer_auto_offset_reset="earliest",
+        broker_commit_every=1000,
+        broker_commit_interval=1.0,
+        stream_wait_empty=False,
+        producer_linger=0.0,
+        table_standby_replicas=0,
+    )
+    app.control_plane = ControlPlane(app, kafka, settings, config)  # type: ignore[attr-defined]
+    return app
+
+
+app = create_app()

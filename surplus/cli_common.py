@@ -1,0 +1,33 @@
+"""Options and helpers shared by the `surplus` subcommand modules."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, NoReturn
+
+import typer
+from pydantic import ValidationError
+
+from schemas.kafka_config import KafkaSettings
+
+Bootstrap = Annotated[str | None, typer.Option("--bootstrap", "-b",
+                                               help="Kafka bootstrap servers (default: "
+                                                    "$SURPLUS_KAFKA_BOOTSTRAP or 127.0.0.1:9092)")]
+Prefix = Annotated[str | None, typer.Option("--prefix", help="Topic name prefix.")]
+
+
+def fail(reason: str) -> NoReturn:
+    """One line on stderr, exit status 1."""
+    typer.echo(f"error: {reason}", err=True)
+    raise typer.Exit(1)
+
+
+def kafka_settings(bootstrap: str | None = None, prefix: str | None = None) -> KafkaSettings:
+    """Settings from the environment, overridden by flags; bad config names the key and exits."""
+    overrides: dict[str, Any] = {k: v for k, v in {"bootstrap": bootstrap,
+                                                   "prefix": prefix}.items() if v}
+    try:
+        return KafkaSettings(**overrides)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or "settings"
+        fail(f"bad Kafka setting {key}: {err['msg']}")

@@ -1,0 +1,50 @@
+"""`surplus control-plane`: run the Faust control plane as a worker process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+
+from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings
+
+
+def control_plane(
+    bootstrap: Bootstrap = None,
+    prefix: Prefix = None,
+    config: Annotated[Path | None, typer.Option(help="ControlConfig TOML (control laws).")]
+    = None,
+    app_id: Annotated[str, typer.Option(help="Consumer group / app id.")] = "surplus-control",
+    partitions: Annotated[int | None, typer.Option(help="Partitions of the scope topics.")]
+    = None,
+    metrics_port: Annotated[int, typer.Option(help="Prometheus port (0 = off).")] = 0,
+    data_dir: Annotated[Path, typer.Option(help="Faust local state.")] = Path(".surplus/control"),
+    loglevel: Annotated[str, typer.Option(help="Log level.")] = "warning",
+) -> None:
+    """Run the control plane (Faust agents) until SIGTERM / Ctrl-C."""
+    from streams.control.config import ConfigError, load_config
+
+    from streams.settings import ControlPlaneSettings
+
+    kafka = kafka_settings(bootstrap, prefix)
+    overrides: dict[str, Any] = {"app_id": app_id, "metrics_port": metrics_port,
+                                 "data_dir": data_dir / app_id, "loglevel": loglevel}
+    if partitions:
+        overrides["partitions"] = partitions
+    try:
+        settings = ControlPlaneSettings(**overrides)
+        control = load_config(config) if config else None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        fail(f"bad control-plane setting {'.'.join(map(str, err['loc']))}: {err['msg']}")
+    except (ConfigError, OSError) as exc:
+        fail(f"bad control config {config}: {exc}")
+    from faust import Worker
+
+    from streams.app import create_app
+
+    app = create_app(kafka, settings, control)
+    worker = Worker(app, loglevel=loglevel, quiet=True)
+    worker.execute_from_commandline()

@@ -1,0 +1,207 @@
+"""The control plane as a real Faust worker process on a real broker.
+
+Pins: targets every period with an epoch that only grows; the preemption fast path; bad input to
+the dead-letter topic with its source offset; state surviving kill -9 (epoch continues, no
+burst); two processes sharing partitions publish each scope once per period and hand over.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+import pytest
+
+from schemas.codec import decode
+from schemas.contract import (
+    CapacityEvent,
+    ControlTargets,
+    DeadLetter,
+    PreemptionNotice,
+)
+from schemas.kafka_config import KafkaSettings
+from schemas.sketch import new_sketch, to_wire
+from tests.integration.harness import Proc, TopicReader, publish
+from tests.unit.schemas.samples import SAMPLES
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+PERIOD_S = 1.0
+SCOPES = ("eu1", "us2")  # hash to different partitions of 2 (murmur2)
+
+
+def _config(tmp_path: Path) -> Path:
+    path = tmp_path / "control.toml"
+    path.write_text(f"period_s = {PERIOD_S}\nttl_s = 5.0\n")
+    return path
+
+
+def _start(kafka: KafkaSettings, tmp_path: Path, name: str, app_id: str = "cp") -> Proc:
+    return Proc(["control-plane", "--bootstrap", kafka.bootstrap, "--prefix", kafka.prefix,
+                 "--config", str(_config(tmp_path)), "--app-id", f"{kafka.prefix}{app_id}",
+                 "--partitions", "2", "--data-dir", str(tmp_path / "state"),
+                 "--loglevel", "warning"], tmp_path / f"{name}.log")
+
+
+def _grant(scope: str, ts_ms: int) -> CapacityEvent:
+    return CapacityEvent(event_id=f"g-{scope}-{ts_ms}", ts_ms=ts_ms, region=scope,
+                         pool_id=f"{scope}/rank/baseline/a100/opportunistic", kind="grant",
+                         accelerator="a100", accelerator_units=8.0, cpu_units=64.0,
+                         expires_at_ms=ts_ms + 600_000)
+
+
+def _reports(scope: str, ts_ms: int, n: int = 4) -> list[tuple[str, object]]:
+    report = next(e for e in SAMPLES if type(e).__name__ == "WindowReport")
+    sketch = new_sketch()
+    for i in range(200):
+        sketch.add(5.0 + (i % 10))
+    out = []
+    for i in range(n):
+        out.append((scope, report.__class__(**{
+            **{f: getattr(report, f) for f in report.__struct_fields__},
+            "region": scope, "pool_id": f"{scope}/rank/baseline/a100/opportunistic",
+            "worker_id": f"w{i}", "window_start_ms": ts_ms - 1000, "window_end_ms": ts_ms,
+            "requests": 200, "baseline_requests": 200, "latency_ms": to_wire(sketch)})))
+    return out
+
+
+def _feed(kafka: KafkaSettings, seconds: float, scopes: tuple[str, ...] = SCOPES) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        now = int(time.time() * 1000)
+        for scope in scopes:
+            publish(kafka, "telemetry", _reports(scope, now))
+        time.sleep(0.25)
+
+
+def _targets(reader: TopicReader, scope: str) -> list[ControlTargets]:
+    return [t for t in reader.events(ControlTargets) if t.scope == scope]
+
+
+def _wait_targets(reader: TopicReader, scope: str, count: int, timeout_s: float,
+                  *procs: Proc) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and len(_targets(reader, scope)) < count:
+        for proc in procs:
+            assert proc.alive(), f"control plane died: {proc.output()[-3000:]}"
+        reader.poll(0.3)
+
+
+def test_targets_every_period_with_growing_epoch_fast_path_and_dead_letters(
+        kafka: KafkaSettings, tmp_path: Path) -> None:
+    reader = TopicReader(kafka, "targets")
+    proc = _start(kafka, tmp_path, "cp")
+    try:
+        now = int(time.time() * 1000)
+        publish(kafka, "capacity", [(s, _grant(s, now)) for s in SCOPES])
+        _wait_targets(reader, "eu1", 1, 60, proc)
+        assert _targets(reader, "eu1"), proc.output()[-2000:]
+        _feed(kafka, 4 * PERIOD_S)
+        reader.poll(1.0)
+        for scope in SCOPES:
+            targets = _targets(reader, scope)
+            epochs = [t.epoch for t in targets]
+            assert len(targets) >= 3, f"{scope}: {targets}"
+            assert epochs == sorted(set(epochs)), f"{scope} epochs not strictly growing {epochs}"
+            assert max(t.rma.budget_units_per_s for t in targets) > 0, targets
+
+        sent_at = time.time()
+        publish(kafka, "preemption", [("eu1", PreemptionNotice(
+            notice_id="storm", ts_ms=int(sent_at * 1000), region="eu1",
+            pool_id="eu1/rank/baseline/a100/opportunistic", deadline_ms=int(sent_at * 1000) + 5000,
+            accelerator="a100", accelerator_units=8.0, cpu_units=64.0))])
+        fast = reader.wait_for(lambda m: decode(ControlTargets, m.value()).reason == "preemption",
+                               timeout_s=10)
+        assert fast is not None
+        fast_targets = decode(ControlTargets, fast.value())
+        print(f"preemption -> clamped targets in {(time.time() - sent_at) * 1000:.0f} ms "
+              "(including the reader's poll)")
+        assert fast_targets.rma.extra_candidates == 0
+        assert fast_targets.sbm.coverage == 0.0
+
+        dead = TopicReader(kafka, "deadletter")
+        publish(kafka, "telemetry", [("eu1", b"{not json"), ("us2", _reports("eu1", now)[0][1])])
+        letters = []
+        deadline = time.monotonic() + 20
+        while len(letters) < 2 and time.monotonic() < deadline:
+            letters += [decode(DeadLetter, m.value()) for m in dead.poll(0.5)]
+        assert len(letters) == 2, proc.output()[-2000:]
+        assert all(letter.source_topic == kafka.topic("telemetry") for letter in letters)
+        assert all(letter.offset >= 0 for letter in letters)
+        reasons = " | ".join(letter.reason for letter in letters)
+        assert "malformed JSON" in reasons and "does not match scope" in reasons
+        dead.close()
+    finally:
+        proc.stop()
+        reader.close()
+    assert proc.alive() is False
+
+
+def test_kill_9_and_restart_keeps_epoch_growing_without_a_burst(
+        kafka: KafkaSettings, tmp_path: Path) -> None:
+    reader = TopicReader(kafka, "targets")
+    now = int(time.time() * 1000)
+    publish(kafka, "capacity", [("eu1", _grant("eu1", now))])
+    first = _start(kafka, tmp_path, "first")
+    try:
+        _wait_targets(reader, "eu1", 1, 60, first)
+        _feed(kafka, 5 * PERIOD_S, ("eu1",))
+        reader.poll(0.5)
+    finally:
+        first.kill()
+    before = _targets(reader, "eu1")
+    assert len(before) >= 3, first.output()[-2000:]
+    second = _start(kafka, tmp_path, "second")
+    try:
+        _feed(kafka, 2 * PERIOD_S, ("eu1",))
+        _wait_targets(reader, "eu1", len(before) + 2, 60, second)
+    finally:
+        second.stop()
+    after = _targets(reader, "eu1")[len(before):]
+    assert after, second.output()[-2000:]
+    assert after[0].epoch > before[-1].epoch, (before[-1], after[0])
+    assert after[0].rma.extra_candidates <= before[-1].rma.extra_candidates
+    print(f"restart: epoch {before[-1].epoch} -> {after[0].epoch}, extra candidates "
+          f"{before[-1].rma.extra_candidates} -> {after[0].rma.extra_candidates}")
+    reader.close()
+
+
+def test_two_processes_publish_each_scope_once_per_period_and_hand_over(
+        kafka: KafkaSettings, tmp_path: Path) -> None:
+    reader = TopicReader(kafka, "targets")
+    now = int(time.time() * 1000)
+    publish(kafka, "capacity", [(s, _grant(s, now)) for s in SCOPES])
+    a = _start(kafka, tmp_path, "a")
+    b = _start(kafka, tmp_path, "b")
+    try:
+        for scope in SCOPES:
+            _wait_targets(reader, scope, 1, 90, a, b)
+        time.sleep(8)  # let the group settle with both members
+        reader.poll(0.5)
+        settled = len(reader.messages)
+        _feed(kafka, 6 * PERIOD_S)
+        reader.poll(0.5)
+        window = [decode(ControlTargets, m.value()) for m in reader.messages[settled:]]
+        for scope in SCOPES:
+            times = sorted(t.issued_at_ms for t in window if t.scope == scope)
+            gaps = [b2 - a2 for a2, b2 in itertools.pairwise(times)]
+            assert len(times) >= 4, f"{scope}: {times}"
+            assert min(gaps) >= PERIOD_S * 1000 * 0.5, f"{scope} published twice: {gaps}"
+        b.stop()
+        stopped_at = int(time.time() * 1000)
+        _feed(kafka, 8 * PERIOD_S)
+        reader.poll(0.5)
+        later = [decode(ControlTargets, m.value()) for m in reader.messages]
+        for scope in SCOPES:
+            times = sorted(t.issued_at_ms for t in later if t.scope == scope)
+            assert any(t > stopped_at + 3000 for t in times), f"{scope} lost its owner"
+            around = [t for t in times if t > stopped_at - 2000]
+            gaps = [y - x for x, y in itertools.pairwise(around)]
+            print(f"{scope}: largest gap across the hand-over {max(gaps)} ms")
+            # One period plus the group's rebalance after a clean leave.
+            assert max(gaps) <= PERIOD_S * 1000 + 5000, f"{scope} gap {max(gaps)} ms"
+    finally:
+        a.stop()
+        b.stop()
+        reader.close()
