@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import AsyncIterator
@@ -14,7 +15,7 @@ from schemas.contract import ControlTargets, PreemptionNotice, RmaTarget, SbmTar
 from workers.api import Candidate, RankRequest, encode
 from workers.runtime.config import WorkerConfig, load_config
 from workers.runtime.models import ModelConfig
-from workers.runtime.server import create_app
+from workers.runtime.server import create_app, start_kafka
 from workers.runtime.worker import Worker
 
 TINY = ModelConfig(num_dense=4, num_sparse=3, rows_per_table=64, embedding_dim=4,
@@ -73,6 +74,7 @@ async def running_worker(config: WorkerConfig) -> AsyncIterator[tuple[Worker, Te
     """A started worker behind a real aiohttp server on a loopback port, and a client."""
     worker = Worker(config)
     await worker.start()
+    kafka = start_kafka(worker)
     client = TestClient(TestServer(create_app(worker), host="127.0.0.1"))
     await client.start_server()
     try:
@@ -80,3 +82,5 @@ async def running_worker(config: WorkerConfig) -> AsyncIterator[tuple[Worker, Te
     finally:
         await client.close()
         await worker.stop()
+        if kafka is not None:
+            await asyncio.to_thread(kafka.stop)

@@ -145,7 +145,7 @@ async def serve(config: WorkerConfig, stop: asyncio.Event | None = None,
     kafka = None
     try:
         await worker.start()
-        kafka = _start_kafka(worker)
+        kafka = start_kafka(worker)
         log.info("worker %s serving %s on %s:%d", config.worker_id, worker.model and
                  worker.model.source, config.host, port)
         if on_ready is not None:
@@ -161,7 +161,8 @@ async def serve(config: WorkerConfig, stop: asyncio.Event | None = None,
         await runner.cleanup()
 
 
-def _start_kafka(worker: Worker) -> Any:
+def start_kafka(worker: Worker) -> Any:
+    """Start the worker's Kafka threads if its config has Kafka; returns them (or None)."""
     settings = worker.config.kafka_settings()
     if settings is None:
         return None

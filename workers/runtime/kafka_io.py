@@ -1,0 +1,349 @@
+"""The worker's Kafka I/O (confluent-kafka, one background thread per concern).
+
+- **Targets subscriber**: reads the compacted targets topic from the beginning of every
+  partition (manual assignment, no consumer-group commits: each worker needs the whole latest
+  state, not a share of it) and follows it, offering each `ControlTargets` keyed by this
+  worker's region to its `TargetState`. It reports "caught up" once every partition reached its
+  end, which /readyz waits for (up to a bound).
+- **Preemption subscriber**: on a `PreemptionNotice` for this worker's pool (and this replica,
+  or the whole pool) it stops optional work from this thread at once — admission and target
+  state are thread-safe — and the reaction time from the notice's ``ts_ms`` is a histogram.
+- **Telemetry publisher**: every report interval a `WindowReport`, keyed by scope (the region,
+  like every input topic, so the control-plane process owning a scope gets all of its inputs).
+
+Undecodable messages go to the dead-letter topic with the reason and their source
+topic/partition/offset. When the brokers are unreachable nothing on the request path waits for
+Kafka: the worker keeps serving baseline, held targets expire to baseline only by their TTL,
+the outage is counted, and librdkafka reconnects by itself when the brokers return.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from schemas.codec import ContractError, codec_for, encode
+from schemas.contract import ControlTargets, DeadLetter, PreemptionNotice
+from schemas.kafka_config import KafkaSettings
+from workers.runtime.metrics import WorkerMetrics
+from workers.runtime.worker import Worker, wall_ms
+
+log = logging.getLogger("surplus.worker.kafka")
+LIBRDKAFKA_LOG = logging.getLogger("surplus.worker.kafka.librdkafka")
+
+_targets_codec = codec_for(ControlTargets)
+_notice_codec = codec_for(PreemptionNotice)
+
+
+class OutageTracker:
+    """Counts transitions from "brokers answer" to "no broker answers" (thread-safe)."""
+
+    def __init__(self, metrics: WorkerMetrics) -> None:
+        self._metrics = metrics
+        self._lock = threading.Lock()
+        self.up: bool | None = None
+        self.outages = 0
+
+    def on_error(self, err: KafkaError) -> None:
+        """librdkafka's ``error_cb``: only "all brokers down" means an outage."""
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            self.down(str(err))
+
+    def down(self, why: str) -> None:
+        with self._lock:
+            if self.up is False:
+                return
+            self.up = False
+            self.outages += 1
+        self._metrics.kafka_outages.inc()
+        self._metrics.kafka_up.set(0)
+        log.warning("Kafka unreachable (%s); serving baseline, targets expire by TTL", why)
+
+    def healthy(self) -> None:
+        with self._lock:
+            if self.up is True:
+                return
+            recovered = self.up is False
+            self.up = True
+        self._metrics.kafka_up.set(1)
+        if recovered:
+            log.info("Kafka reachable again")
+
+
+class DeadLetterSink:
+    """Sends a message nobody can use to the dead-letter topic, keyed by its source topic."""
+
+    def __init__(self, producer: Producer, settings: KafkaSettings, metrics: WorkerMetrics,
+                 clock_ms: Callable[[], int]) -> None:
+        self._producer = producer
+        self._topic = settings.topic("deadletter")
+        self._metrics = metrics
+        self._clock_ms = clock_ms
+
+    def send(self, msg: Message, reason: str) -> None:
+        source = msg.topic() or "unknown"
+        letter = DeadLetter(
+            ts_ms=self._clock_ms(), source_topic=source, partition=msg.partition() or 0,
+            offset=msg.offset() or 0, reason=reason[:2000],
+            key_b64=_b64(msg.key()), value_b64=_b64(msg.value()) or "")
+        self._producer.produce(self._topic, key=source.encode(), value=encode(letter))
+        self._metrics.deadletters.labels(source).inc()
+        log.warning("dead-lettered %s[%s]@%s: %s", source, msg.partition(), msg.offset(), reason)
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+class _Subscriber(threading.Thread):
+    """A consumer thread on all partitions of one topic, assigned by hand (no group commits)."""
+
+    logical = ""
+
+    def __init__(self, io: KafkaIO) -> None:
+        super().__init__(name=f"surplus-kafka-{self.logical}", daemon=True)
+        self.io = io
+        self.worker = io.worker
+        self.topic = io.settings.topic(self.logical)
+        self._stop_event = threading.Event()
+        self.partitions: list[int] = []
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def consumer_config(self) -> dict[str, Any]:
+        return self.io.settings.confluent(**{
+            "group.id": f"surplus-worker.{self.worker.config.worker_id}.{self.logical}",
+            "enable.auto.commit": False, "enable.auto.offset.store": False,
+            "enable.partition.eof": True, "socket.nagle.disable": True,
+            "reconnect.backoff.max.ms": 1000, "error_cb": self.io.outage.on_error,
+            "logger": LIBRDKAFKA_LOG, "log.connection.close": False,
+            "client.id": f"{self.io.settings.client_id}.{self.worker.config.worker_id}"})
+
+    def start_offsets(self, consumer: Consumer, partitions: list[int]) -> list[TopicPartition]:
+        return [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions]
+
+    def run(self) -> None:
+        consumer = Consumer(self.consumer_config())
+        try:
+            if not self._assign(consumer):
+                return
+            while not self._stop_event.is_set():
+                msg = consumer.poll(0.1)
+                if msg is not None:
+                    self._dispatch(msg)
+        except Exception:
+            log.exception("%s subscriber failed", self.logical)
+        finally:
+            consumer.close()
+
+    def _assign(self, consumer: Consumer) -> bool:
+        """Find the partitions (retrying while the brokers are away) and assign them all."""
+        while not self._stop_event.is_set():
+            try:
+                meta = consumer.list_topics(self.topic, timeout=2.0).topics.get(self.topic)
+                if meta is None or meta.error is not None or not meta.partitions:
+                    raise KafkaException(meta.error if meta else "topic missing")
+                partitions = sorted(meta.partitions)
+                consumer.assign(self.start_offsets(consumer, partitions))
+                self.partitions = partitions
+                return True
+            except KafkaException as exc:
+                log.warning("cannot assign %s yet: %s", self.topic, exc)
+                self._stop_event.wait(1.0)
+        return False
+
+    def _dispatch(self, msg: Message) -> None:
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                self.io.outage.healthy()
+                self.at_end(msg.partition() or 0)
+            else:
+                log.warning("%s: %s", self.topic, err)
+            return
+        self.io.outage.healthy()
+        outcome = self.handle(msg)
+        self.worker.metrics.kafka_messages.labels(self.logical, outcome).inc()
+
+    def at_end(self, partition: int) -> None:
+        """Reached the current end of a partition."""
+
+    def handle(self, msg: Message) -> str:
+        raise NotImplementedError
+
+
+class TargetsSubscriber(_Subscriber):
+    """Follows the compacted targets topic from its beginning; see the module docstring."""
+
+    logical = "targets"
+
+    def __init__(self, io: KafkaIO) -> None:
+        super().__init__(io)
+        self._at_end: set[int] = set()
+        self.caught_up = threading.Event()
+
+    def at_end(self, partition: int) -> None:
+        self._at_end.add(partition)
+        if self.partitions and self._at_end.issuperset(self.partitions):
+            self.caught_up.set()
+
+    def handle(self, msg: Message) -> str:
+        region = self.worker.config.region
+        key = msg.key()
+        if key is not None and key != region.encode():
+            return "other_scope"
+        value = msg.value()
+        if value is None:
+            return "tombstone"
+        try:
+            targets = _targets_codec.decode(value)
+        except ContractError as exc:
+            self.io.deadletters.send(msg, str(exc))
+            return "deadletter"
+        return self.worker.offer_targets(targets).reason
+
+
+class PreemptionSubscriber(_Subscriber):
+    """Stops optional work on a notice for this replica; see the module docstring."""
+
+    logical = "preemption"
+
+    def consumer_config(self) -> dict[str, Any]:
+        config = super().consumer_config()
+        config.update({"enable.partition.eof": False, "fetch.wait.max.ms": 100})
+        return config
+
+    def start_offsets(self, consumer: Consumer, partitions: list[int]) -> list[TopicPartition]:
+        """From ``preemption_lookback_s`` ago: a notice may predate this worker's restart."""
+        since = wall_ms() - int(self.worker.config.preemption_lookback_s * 1000)
+        wanted = [TopicPartition(self.topic, p, since) for p in partitions]
+        for attempt in range(5):  # a just-created topic may not have its leaders yet
+            try:
+                found = consumer.offsets_for_times(wanted, timeout=5.0)
+                return [TopicPartition(self.topic, tp.partition, tp.offset if tp.offset >= 0
+                                       else OFFSET_END) for tp in found]
+            except KafkaException as exc:
+                error = exc
+                if self._stop_event.wait(0.2 * (attempt + 1)):
+                    break
+        log.warning("no offsets by time on %s (%s); reading new notices only", self.topic, error)
+        return [TopicPartition(self.topic, p, OFFSET_END) for p in partitions]
+
+    def handle(self, msg: Message) -> str:
+        value = msg.value()
+        if value is None:
+            return "tombstone"
+        try:
+            notice = _notice_codec.decode(value)
+        except ContractError as exc:
+            self.io.deadletters.send(msg, str(exc))
+            return "deadletter"
+        return self.worker.on_preemption(notice)
+
+
+class TelemetryPublisher(threading.Thread):
+    """Publishes a `WindowReport` every report interval and serves producer callbacks."""
+
+    def __init__(self, io: KafkaIO) -> None:
+        super().__init__(name="surplus-kafka-telemetry", daemon=True)
+        self.io = io
+        self.topic = io.settings.topic("telemetry")
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def run(self) -> None:
+        interval = self.io.worker.config.report_interval_s
+        next_at = time.monotonic() + interval
+        producer = self.io.producer
+        while not self._stop_event.is_set():
+            producer.poll(max(0.0, min(0.1, next_at - time.monotonic())))
+            if time.monotonic() >= next_at:
+                self.publish()
+                next_at = max(next_at + interval, time.monotonic())
+        self.publish()  # the last partial window; KafkaIO.stop flushes it
+
+    def publish(self) -> None:
+        worker = self.io.worker
+        report = worker.window_report()
+        try:
+            self.io.producer.produce(self.topic, key=report.region.encode(),
+                                     value=encode(report), on_delivery=self._delivered)
+        except BufferError:  # the local queue is full while the brokers are away
+            worker.metrics.reports.labels("dropped").inc()
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        metrics = self.io.worker.metrics
+        if err is None:
+            metrics.reports.labels("published").inc()
+            self.io.outage.healthy()
+        else:
+            metrics.reports.labels("failed").inc()
+            self.io.outage.down(str(err))
+
+
+class KafkaIO:
+    """The three Kafka threads of one worker, sharing one producer and one outage tracker."""
+
+    def __init__(self, worker: Worker, settings: KafkaSettings) -> None:
+        self.worker = worker
+        self.settings = settings
+        self.outage = OutageTracker(worker.metrics)
+        self.producer = Producer(settings.producer(**{
+            "linger.ms": 5, "message.timeout.ms": 10_000, "socket.nagle.disable": True,
+            "queue.buffering.max.messages": 10_000, "reconnect.backoff.max.ms": 1000,
+            "error_cb": self.outage.on_error, "logger": LIBRDKAFKA_LOG,
+            "log.connection.close": False,
+            "client.id": f"{settings.client_id}.{worker.config.worker_id}"}))
+        self.deadletters = DeadLetterSink(self.producer, settings, worker.metrics,
+                                          worker.clock_ms)
+        self.targets = TargetsSubscriber(self)
+        self.preemption = PreemptionSubscriber(self)
+        self.telemetry = TelemetryPublisher(self)
+        self._started = time.monotonic()
+
+    def start(self) -> None:
+        self._started = time.monotonic()
+        for thread in (self.preemption, self.targets, self.telemetry):
+            thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the threads, deliver what is queued (briefly: the brokers may be away), close."""
+        for thread in (self.preemption, self.targets, self.telemetry):
+            thread.stop()
+        for thread in (self.preemption, self.targets, self.telemetry):
+            if thread.is_alive():
+                thread.join(timeout_s)
+        if self.producer.flush(2.0):
+            self.producer.purge()  # undeliverable now; their callbacks count them as failed
+            self.producer.flush(0.5)
+        self.producer.close()
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Ready once targets are read to their end, or after giving up on that (bounded)."""
+        if self.targets.caught_up.is_set():
+            state = "caught_up"
+        elif time.monotonic() - self._started >= self.worker.config.readiness_timeout_s:
+            state = "gave_up"
+        else:
+            state = "catching_up"
+        detail = {"targets": state, "outages": self.outage.outages,
+                  "up": self.outage.up, "preemption_partitions": len(self.preemption.partitions)}
+        return state != "catching_up", detail
