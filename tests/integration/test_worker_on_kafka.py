@@ -33,7 +33,8 @@ def produce(kafka: KafkaSettings, logical: str, key: str, value: bytes) -> tuple
     where: list[tuple[int, int]] = []
     producer = Producer(kafka.producer(**{"linger.ms": 0}))
     producer.produce(kafka.topic(logical), key=key, value=value,
-                     on_delivery=lambda err, msg: where.append((msg.partition(), msg.offset())))
+                     on_delivery=lambda err, msg: where.append((int(msg.partition() or 0),
+                                                               int(msg.offset() or 0))))
     assert producer.flush(10) == 0
     return where[0]
 
