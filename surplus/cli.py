@@ -14,6 +14,7 @@ import typer
 from surplus import localkafka
 from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings
 from surplus.control_cmd import control_plane
+from surplus.worker_cmd import worker
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Surplus: harvest spare inference capacity for optional ranking work.")
@@ -22,6 +23,7 @@ topics_app = typer.Typer(no_args_is_help=True, help="The topic catalog on a clus
 app.add_typer(kafka_app, name="kafka")
 app.add_typer(topics_app, name="topics")
 app.command("control-plane")(control_plane)
+app.command("worker")(worker)
 
 DataDir = Annotated[Path, typer.Option("--data-dir", help="Broker state and logs.")]
 

@@ -96,9 +96,10 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
-def load_config(path: str | Path | None = None,
-                overrides: dict[str, Any] | None = None) -> WorkerConfig:
-    """Read TOML (if given), apply ``{"dotted.key": value}`` overrides, validate everything.
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                defaults: dict[str, Any] | None = None) -> WorkerConfig:
+    """Read TOML (if given) over ``defaults``, apply ``{"dotted.key": value}`` overrides
+    (None values are skipped), and validate everything.
 
     Raises :class:`ConfigError` naming the offending key; nothing has started yet.
     """
@@ -110,7 +111,7 @@ def load_config(path: str | Path | None = None,
             raise ConfigError(f"cannot read worker config {path}: {exc.strerror}") from None
         except msgspec.DecodeError as exc:
             raise ConfigError(f"worker config {path} is not valid TOML: {exc}") from None
-    tree = copy.deepcopy(tree)
+    tree = {**copy.deepcopy(defaults or {}), **copy.deepcopy(tree)}
     for dotted, value in (overrides or {}).items():
         if value is not None:
             _set_dotted(tree, dotted, value)

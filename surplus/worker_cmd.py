@@ -1,0 +1,84 @@
+"""`surplus worker`: run one inference worker (HTTP ranking API, torch model, Kafka I/O)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from surplus.cli_common import Bootstrap, Prefix, fail
+
+
+def worker(
+    config: Annotated[Path | None, typer.Option(help="WorkerConfig TOML; flags override it.")]
+    = None,
+    worker_id: Annotated[str | None, typer.Option(help="Replica id (default: host-pid).")]
+    = None,
+    region: Annotated[str | None, typer.Option(help="Scope of the targets to apply.")] = None,
+    service: Annotated[str | None, typer.Option(help="Service name in the pool id.")] = None,
+    tier: Annotated[str | None, typer.Option(help="baseline | opportunistic")] = None,
+    accelerator: Annotated[str | None, typer.Option(help="Accelerator type in the pool id.")]
+    = None,
+    model: Annotated[str | None, typer.Option(help="baseline | powerful")] = None,
+    model_path: Annotated[str | None, typer.Option(
+        help="A torch.export (.pt2) or TorchScript file instead of the reference model.")] = None,
+    host: Annotated[str | None, typer.Option(help="HTTP bind address.")] = None,
+    port: Annotated[int | None, typer.Option(help="HTTP port (0 picks a free one).")] = None,
+    bootstrap: Bootstrap = None,
+    prefix: Prefix = None,
+    kafka: Annotated[bool | None, typer.Option(
+        "--kafka/--no-kafka", help="Use Kafka (default: when a bootstrap is given by flag, "
+                                   "config or $SURPLUS_KAFKA_BOOTSTRAP).")] = None,
+    loglevel: Annotated[str, typer.Option(help="Log level.")] = "info",
+) -> None:
+    """Serve rankings until SIGTERM / Ctrl-C, then finish queued work and exit cleanly."""
+    from workers.runtime.config import ConfigError, load_config
+    from workers.runtime.models import ModelLoadError
+    from workers.runtime.server import serve
+
+    logging.basicConfig(level=loglevel.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides: dict[str, Any] = {
+        "worker_id": worker_id, "region": region, "service": service, "tier": tier,
+        "accelerator": accelerator, "model.name": model, "model.path": model_path,
+        "host": host, "port": port}
+    try:
+        settings = load_config(config, overrides,
+                               defaults={"worker_id": f"{socket.gethostname()}-{os.getpid()}"})
+        settings = _kafka_switch(settings, bootstrap, prefix, kafka)
+    except ConfigError as exc:
+        fail(str(exc))
+
+    def ready(w: Any, bound_port: int) -> None:
+        typer.echo(f"worker {w.config.worker_id} ready on http://{w.config.host}:{bound_port} "
+                   f"(pool {w.config.pool}, model {w.model.source}, "
+                   f"kafka {'on' if w.kafka else 'off'})")
+
+    try:
+        asyncio.run(serve(settings, on_ready=ready))
+    except ModelLoadError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot serve on {settings.host}:{settings.port}: {exc.strerror or exc}")
+    typer.echo("worker stopped")
+
+
+def _kafka_switch(settings: Any, bootstrap: str | None, prefix: str | None,
+                  kafka: bool | None) -> Any:
+    """Kafka on or off, and its flags merged over the config's ``[kafka]`` table."""
+    import msgspec
+
+    wants_kafka = kafka if kafka is not None else bool(
+        bootstrap or settings.kafka is not None or os.environ.get("SURPLUS_KAFKA_BOOTSTRAP"))
+    block = None
+    if wants_kafka:
+        block = dict(settings.kafka or {})
+        block.update({k: v for k, v in {"bootstrap": bootstrap, "prefix": prefix}.items() if v})
+    settings = msgspec.structs.replace(settings, kafka=block)
+    settings.kafka_settings()  # validate the merged block: a bad key names itself
+    return settings
