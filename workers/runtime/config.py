@@ -120,4 +120,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     except msgspec.ValidationError as exc:
         raise ConfigError(f"bad worker config: {exc}") from None
     config.kafka_settings()  # fail now, not when the first Kafka client starts
+    if config.model.path is not None and not Path(config.model.path).is_file():
+        raise ConfigError(f"bad worker config at `model.path`: model file "
+                          f"{config.model.path} does not exist")
     return config

@@ -58,6 +58,7 @@ class TelemetryWindow:
         self._baseline_requests = 0
         self._optional_done = 0
         self._rows = 0
+        self._served = 0
         self._baseline_rejected = 0
 
     def record(self, latency_ms: float, baseline: bool, rows: int,
@@ -69,6 +70,7 @@ class TelemetryWindow:
             self._baseline_requests += int(baseline)
             self._optional_done += optional_units_done
             self._rows += rows
+            self._served += 1
 
     def record_rejected(self, baseline: bool) -> None:
         """A request the worker could not serve (model failure, shutting down): never for
@@ -82,7 +84,7 @@ class TelemetryWindow:
         with self._lock:
             start, last = self._start_ms, self._last
             sketch, requests, baseline = self._sketch, self._requests, self._baseline_requests
-            optional_done, rows = self._optional_done, self._rows
+            optional_done, rows, served = self._optional_done, self._rows, self._served
             rejected = self._baseline_rejected
             self._reset()
             self._start_ms, self._last = now_ms, totals
@@ -91,8 +93,8 @@ class TelemetryWindow:
         done = totals.rows_done - (last.rows_done if last else 0)
         shed = {reason: units - (last.shed_units.get(reason, 0) if last else 0)
                 for reason, units in totals.shed_units.items()}
-        if requests:
-            self._rows_per_request = rows / requests
+        if served:
+            self._rows_per_request = rows / served
         ident = self.identity
         return WindowReport(
             pool_id=ident.pool_id, worker_id=ident.worker_id, region=ident.region,
