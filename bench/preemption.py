@@ -13,8 +13,9 @@ what the worker adds on top of Kafka itself.
 
     python -m bench.preemption [--bootstrap HOST:PORT] [--notices 200]
 
-Without ``--bootstrap`` an embedded broker is started in a temporary directory (and stopped).
-Prints one JSON line; ``run(...)`` returns the same dict for ``surplus bench``.
+Without ``--bootstrap`` (or ``$KAFKA_BOOTSTRAP_SERVERS``) an embedded broker is started in a
+temporary directory (and stopped). Prints one JSON line; ``run(...)`` returns the same dict
+for ``surplus bench``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import tempfile
 import threading
 import time
@@ -48,6 +50,7 @@ POOL = "eu1/rank/baseline/cpu/opportunistic"
 
 @contextlib.contextmanager
 def _broker(bootstrap: str | None) -> Iterator[str]:
+    bootstrap = bootstrap or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if bootstrap:
         yield bootstrap
         return
