@@ -89,12 +89,16 @@ async def test_baseline_is_always_served_while_preempted(running: Running) -> No
 async def test_newer_targets_after_preemption_resume_optional_work(running: Running) -> None:
     worker, client = running
     worker.offer_targets(targets(epoch=1, issued_at_ms=now_ms() - 1000))
-    worker.on_preemption(notice(worker.config.pool, replicas=["w1"]))
+    first = notice(worker.config.pool, replicas=["w1"])
+    assert worker.on_preemption(first) == "applied"
     stale = worker.offer_targets(targets(epoch=2, issued_at_ms=now_ms() - 500))
     assert not stale.accepted  # issued before the preemption: must not switch work back on
     assert worker.offer_targets(targets(epoch=3, issued_at_ms=now_ms() + 5)).accepted
     _, raw = await post(client, body(2, 2))
     assert raw["optional_scored"] == 2 and raw["server"]["preempted"] is False
+    # The same notice read again (a consumer restart) must not stop work a second time.
+    assert worker.on_preemption(first) == "duplicate"
+    assert (await post(client, body(2, 2)))[1]["optional_scored"] == 2
 
 
 async def test_notices_for_other_pools_or_replicas_change_nothing(running: Running) -> None:
@@ -102,6 +106,8 @@ async def test_notices_for_other_pools_or_replicas_change_nothing(running: Runni
     worker.offer_targets(targets(epoch=1))
     assert worker.on_preemption(notice("eu1/rank/powerful/a100/opportunistic")) == "not_mine"
     assert worker.on_preemption(notice(worker.config.pool, replicas=["w9"])) == "not_mine"
+    past = notice(worker.config.pool, ts_ms=now_ms() - 60_000, deadline_in_ms=30_000)
+    assert worker.on_preemption(past) == "expired"
     _, raw = await post(client, body(2, 2))
     assert raw["optional_scored"] == 2
 

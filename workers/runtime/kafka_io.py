@@ -139,18 +139,22 @@ class _Subscriber(threading.Thread):
         return [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions]
 
     def run(self) -> None:
-        consumer = Consumer(self.consumer_config())
-        try:
-            if not self._assign(consumer):
-                return
-            while not self._stop_event.is_set():
-                msg = consumer.poll(0.1)
-                if msg is not None:
-                    self._dispatch(msg)
-        except Exception:
-            log.exception("%s subscriber failed", self.logical)
-        finally:
-            consumer.close()
+        """Consume until stopped; a failure restarts the consumer instead of ending the thread
+        (targets would otherwise silently stop arriving and expire)."""
+        while not self._stop_event.is_set():
+            consumer = Consumer(self.consumer_config())
+            try:
+                if not self._assign(consumer):
+                    return
+                while not self._stop_event.is_set():
+                    msg = consumer.poll(0.1)
+                    if msg is not None:
+                        self._dispatch(msg)
+            except Exception:
+                log.exception("%s subscriber failed; restarting it", self.logical)
+                self._stop_event.wait(1.0)
+            finally:
+                consumer.close()
 
     def _assign(self, consumer: Consumer) -> bool:
         """Find the partitions (retrying while the brokers are away) and assign them all."""

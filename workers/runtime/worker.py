@@ -99,6 +99,7 @@ class Worker:
         #: Called in the Kafka thread right after optional work stopped: (notice, perf_ns).
         self.preemption_listeners: list[Callable[[PreemptionNotice, int], None]] = []
         self._budget: float | None = None
+        self._notices_seen: dict[str, None] = {}  # insertion-ordered, bounded
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -294,6 +295,11 @@ class Worker:
         now = self.clock_ms()
         if notice.deadline_ms < now:
             return "expired"  # read back from before a restart: the reclaim already happened
+        if notice.notice_id in self._notices_seen:
+            return "duplicate"  # re-read after a consumer restart: targets may have moved on
+        self._notices_seen[notice.notice_id] = None
+        if len(self._notices_seen) > 1024:
+            del self._notices_seen[next(iter(self._notices_seen))]
         self.batcher.preempt()
         with self._targets_lock:
             self.targets.preempt(now)
