@@ -54,8 +54,8 @@ class AdmissionConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     max_optional_items: Annotated[int, Meta(ge=1, le=1_000_000)] = 4096
     #: Service time per unit (row) assumed before the first batch is measured.
     initial_ms_per_unit: Annotated[float, Meta(gt=0.0, le=10_000.0)] = 0.05
-    #: Weight of the newest batch in the moving average of service time per unit.
-    service_ewma_alpha: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.2
+    #: Weight of the newest batch in the fit of service time (overhead + per-unit cost).
+    service_ewma_alpha: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.05
     #: The optional-work budget may be spent this many seconds ahead (token bucket depth).
     budget_burst_s: Annotated[float, Meta(gt=0.0, le=60.0)] = 1.0
 
@@ -89,6 +89,7 @@ class AdmissionState:
     optional_units: int
     in_flight_units: int
     ms_per_unit: float
+    batch_overhead_ms: float
     shed_units: dict[str, int] = field(default_factory=dict)
 
 
@@ -101,6 +102,46 @@ class _Entry(Generic[T]):
     deadline_ms: int
     enqueued_ms: int
     live: bool = True
+
+
+class ServiceModel:
+    """Forward-pass time as ``overhead + units * per_unit``, fitted by exponentially weighted
+    least squares over recent batches.
+
+    Batching amortises the per-pass overhead, so an average cost per row measured on small
+    batches would overstate how long a long queue takes to drain (and shed optional work under
+    no real overload). While batch sizes barely vary the fit falls back to the weighted ratio
+    of time to rows, which one slow small batch cannot swing far.
+    """
+
+    def __init__(self, initial_ms_per_unit: float, alpha: float) -> None:
+        self.per_unit_ms = initial_ms_per_unit
+        self.overhead_ms = 0.0
+        self._decay = 1.0 - alpha
+        self._w = self._sx = self._sy = self._sxx = self._sxy = 0.0
+
+    def add(self, units: int, elapsed_ms: float) -> None:
+        d = self._decay
+        self._w = d * self._w + 1.0
+        self._sx = d * self._sx + units
+        self._sy = d * self._sy + elapsed_ms
+        self._sxx = d * self._sxx + units * units
+        self._sxy = d * self._sxy + units * elapsed_ms
+        mean_x, mean_y = self._sx / self._w, self._sy / self._w
+        var = self._sxx / self._w - mean_x * mean_x
+        slope = (self._sxy / self._w - mean_x * mean_y) / var if var > 0.01 * mean_x ** 2 else -1
+        intercept = mean_y - slope * mean_x
+        if slope > 0 and intercept >= 0:
+            self.per_unit_ms, self.overhead_ms = slope, intercept
+        else:
+            self.per_unit_ms, self.overhead_ms = mean_y / mean_x, 0.0
+
+    def drain_ms(self, units: int, batch_units: int | None) -> float:
+        """How long ``units`` take through passes of at most ``batch_units`` each."""
+        if units <= 0:
+            return 0.0
+        passes = -(-units // batch_units) if batch_units else 1
+        return passes * self.overhead_ms + units * self.per_unit_ms
 
 
 class _TokenBucket:
@@ -148,9 +189,12 @@ class Admission(Generic[T]):
     """
 
     def __init__(self, config: AdmissionConfig | None = None,
-                 on_shed: Callable[[T, str], None] | None = None) -> None:
+                 on_shed: Callable[[T, str], None] | None = None,
+                 batch_units: int | None = None) -> None:
         self.config = config or AdmissionConfig()
         self.on_shed = on_shed
+        #: Largest forward pass in units (the batcher's limit), for the drain-time prediction.
+        self.batch_units = batch_units
         self._baseline: deque[Admitted[T]] = deque()
         self._baseline_units = 0
         self._by_value: list[tuple[Any, int, _Entry[T]]] = []      # max-heap: serve best
@@ -161,7 +205,8 @@ class Admission(Generic[T]):
         self._optional_units = 0
         self._seq = itertools.count()
         self._budget = _TokenBucket(self.config.budget_burst_s)
-        self._ms_per_unit = self.config.initial_ms_per_unit
+        self.service = ServiceModel(self.config.initial_ms_per_unit,
+                                    self.config.service_ewma_alpha)
         self.in_flight_units = 0
         self.preempted = False
         #: Why the last refused :meth:`admit_optional` call was refused (None after a success).
@@ -249,11 +294,10 @@ class Admission(Generic[T]):
         return batch
 
     def record_service(self, units: int, elapsed_ms: float) -> None:
-        """A batch of ``units`` finished in ``elapsed_ms``: learn the service time per unit."""
+        """A batch of ``units`` finished in ``elapsed_ms``: learn the service time."""
         self.in_flight_units = max(0, self.in_flight_units - units)
         if units > 0 and elapsed_ms >= 0:
-            alpha = self.config.service_ewma_alpha
-            self._ms_per_unit += alpha * (elapsed_ms / units - self._ms_per_unit)
+            self.service.add(units, elapsed_ms)
 
     # -- preemption ------------------------------------------------------------------------------
 
@@ -275,7 +319,7 @@ class Admission(Generic[T]):
     def predicted_delay_ms(self) -> float:
         """How long work admitted now would wait behind everything queued and in flight."""
         queued = self._baseline_units + self._optional_units + self.in_flight_units
-        return queued * self._ms_per_unit
+        return self.service.drain_ms(queued, self.batch_units)
 
     def queue_delay_ms(self, now_ms: int) -> float:
         """The larger of the predicted wait and the age of the oldest queued baseline work."""
@@ -320,7 +364,8 @@ class Admission(Generic[T]):
             optional_items=self._optional_items,
             optional_units=self._optional_units,
             in_flight_units=self.in_flight_units,
-            ms_per_unit=self._ms_per_unit,
+            ms_per_unit=self.service.per_unit_ms,
+            batch_overhead_ms=self.service.overhead_ms,
             shed_units=dict(self.shed_units),
         )
 

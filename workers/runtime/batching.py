@@ -95,6 +95,7 @@ class Batcher:
         self._thread: threading.Thread | None = None
         self._stopping = False
         admission.on_shed = self._shed  # dropped from the queue -> answer its waiter
+        admission.batch_units = config.max_batch_rows
         # Totals since start, read by telemetry as differences between windows.
         self.rows_done = 0
         self.optional_rows_done = 0

@@ -145,10 +145,29 @@ def test_measured_service_time_drives_the_delay_prediction() -> None:
     assert adm.state(0).in_flight_units == 4
     adm.record_service(units=sum(w.units for w in batch), elapsed_ms=12.0)  # 3 ms per unit
     assert adm.state(0).in_flight_units == 0
-    assert adm.state(0).ms_per_unit == pytest.approx(1.0 + 0.2 * (3.0 - 1.0))
-    for _ in range(15):
-        adm.record_service(units=4, elapsed_ms=12.0)
-    assert adm.state(0).ms_per_unit == pytest.approx(3.0, abs=0.1)
+    assert adm.state(0).ms_per_unit == pytest.approx(3.0)
+    adm.admit_baseline("b2", now_ms=0, units=5)
+    assert adm.predicted_delay_ms() == pytest.approx(15.0)
+
+
+def test_batch_overhead_is_learned_so_long_queues_are_not_overestimated() -> None:
+    adm: Admission[str] = Admission(CFG, batch_units=50)
+    for _ in range(40):  # each pass costs 2 ms plus 0.5 ms a row
+        adm.record_service(10, 2.0 + 10 * 0.5)
+        adm.record_service(50, 2.0 + 50 * 0.5)
+    state = adm.state(0)
+    assert state.batch_overhead_ms == pytest.approx(2.0, abs=1e-6)
+    assert state.ms_per_unit == pytest.approx(0.5, abs=1e-6)
+    adm.admit_baseline("b", now_ms=0, units=100)  # two passes of 50
+    assert adm.predicted_delay_ms() == pytest.approx(2 * 2.0 + 100 * 0.5)
+
+
+def test_one_slow_small_batch_barely_moves_the_estimate() -> None:
+    adm: Admission[str] = Admission(CFG, batch_units=64)
+    for _ in range(50):
+        adm.record_service(64, 6.4)  # 0.1 ms a row
+    adm.record_service(8, 20.0)  # a hiccup: 2.5 ms a row on a tiny batch
+    assert adm.state(0).ms_per_unit < 0.2
 
 
 def test_in_flight_work_counts_toward_the_predicted_wait() -> None:
