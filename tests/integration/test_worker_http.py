@@ -208,3 +208,16 @@ async def test_opportunistic_powerful_replica_does_whole_requests_or_none() -> N
         status, raw = await post(client, body(3, 2))
         assert status == 503 and raw["shed_reason"] == "preemption"
         assert worker.batcher.state().shed_units == {"stale_targets": 5, "preemption": 5}
+
+
+async def test_under_overload_optional_work_is_shed_and_baseline_still_served() -> None:
+    # A queue-delay bound below one row's service time: every optional unit is "overload".
+    async with running_worker(tiny_config(**{"admission.max_queue_delay_ms": 0.01})) as (
+            worker, client):
+        worker.offer_targets(targets(epoch=1, extra=8))
+        results = await asyncio.gather(*(post(client, body(4, 4, request_id=f"r{i}", seed=i))
+                                         for i in range(30)))
+        for status, raw in results:
+            assert status == 200 and raw["scored"] == 4
+            assert raw["shed_reason"] == "overload"
+        assert worker.batcher.state().shed_units == {"overload": 120}
