@@ -14,6 +14,8 @@ import typer
 from surplus import localkafka
 from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings
 from surplus.control_cmd import control_plane
+from surplus.record_cmd import record
+from surplus.replay_cmd import replay
 from surplus.worker_cmd import worker
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -24,6 +26,8 @@ app.add_typer(kafka_app, name="kafka")
 app.add_typer(topics_app, name="topics")
 app.command("control-plane")(control_plane)
 app.command("worker")(worker)
+app.command("record")(record)
+app.command("replay")(replay)
 
 DataDir = Annotated[Path, typer.Option("--data-dir", help="Broker state and logs.")]
 

@@ -1,0 +1,409 @@
+"""Event logs and a live cluster: publish a log into Kafka, and record live topics into a log.
+
+``publish_log`` replays a log into the topics of a prefix (the log holds logical topic names,
+so ``--prefix`` is the remapping), keyed as logged, with each message's timestamp set to the
+event time. With ``speed`` X > 0 it keeps the log's inter-arrival times divided by X (1 = real
+time); with 0 it sends as fast as the producer takes them. ``rebase`` shifts every timestamp,
+inside the values too, so the first event happens now: a staging control plane then sees
+yesterday's traffic as today's (grants that had expired by now would otherwise be dead on
+arrival).
+
+``record_log`` taps the topics with a consumer that is assigned partitions by hand and never
+commits (recording leaves no trace on the cluster), starting from the beginning, the end, a
+time (``offsets_for_times``) or an offset, and stops after a duration, when every partition is
+caught up, or on Ctrl-C. Messages are merged across partitions into time order by a
+watermark: an event is written once every partition still being read has moved past its
+timestamp, or has nothing more right now. Ties on the timestamp are broken by topic (log
+order), partition and offset, so recording what a replay published gives back the same log.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from schemas.codec import ContractError, codec_for, encode
+from schemas.contract import (
+    CapacityEvent,
+    ControlTargets,
+    Event,
+    PreemptionNotice,
+    RoutingOutcome,
+    WindowReport,
+)
+from schemas.kafka_config import KafkaSettings
+from streams.eventlog import (
+    TOPIC_ORDER,
+    TOPICS,
+    VALUE_TYPES,
+    AnyEvent,
+    EventLogError,
+    EventLogWriter,
+    read_events,
+)
+from streams.replay import Progress
+
+ProgressHook = Callable[[str], None]
+
+
+class LiveError(RuntimeError):
+    """Publishing or recording failed; the message says what and where."""
+
+
+# -- time rebasing --------------------------------------------------------------------------------
+
+def shift_value(value: Event, delta_ms: int) -> Event:
+    """``value`` with every event-time field moved by ``delta_ms`` (durations unchanged)."""
+    if delta_ms == 0:
+        return value
+    replace = msgspec.structs.replace
+    if isinstance(value, WindowReport):
+        return replace(value, window_start_ms=value.window_start_ms + delta_ms,
+                       window_end_ms=value.window_end_ms + delta_ms)
+    if isinstance(value, CapacityEvent):
+        expires = None if value.expires_at_ms is None else value.expires_at_ms + delta_ms
+        return replace(value, ts_ms=value.ts_ms + delta_ms, expires_at_ms=expires)
+    if isinstance(value, PreemptionNotice):
+        return replace(value, ts_ms=value.ts_ms + delta_ms,
+                       deadline_ms=value.deadline_ms + delta_ms)
+    if isinstance(value, ControlTargets):
+        return replace(value, issued_at_ms=value.issued_at_ms + delta_ms)
+    if isinstance(value, RoutingOutcome):
+        return replace(value, ts_ms=value.ts_ms + delta_ms)
+    raise TypeError(f"cannot rebase a {type(value).__name__}")
+
+
+# -- publishing -----------------------------------------------------------------------------------
+
+@dataclass
+class PublishStats:
+    events: int = 0
+    delivered: int = 0
+    failed: int = 0
+    bad_lines: int = 0
+    by_topic: dict[str, int] = field(default_factory=dict)
+    first_error: str | None = None
+    behind_ms_max: float = 0.0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"events": self.events, "delivered": self.delivered, "failed": self.failed,
+                "bad_lines": self.bad_lines, "by_topic": dict(sorted(self.by_topic.items())),
+                "first_error": self.first_error, "behind_ms_max": round(self.behind_ms_max, 1),
+                "seconds": round(self.seconds, 3)}
+
+
+def publish_log(log: str | Path, kafka: KafkaSettings, *, speed: float = 0.0,
+                rebase: bool = False, strict: bool = False, progress: bool = False,
+                clock: Callable[[], float] = time.monotonic,
+                sleep: Callable[[float], None] = time.sleep) -> PublishStats:
+    """Publish every event of ``log`` into ``kafka``'s topics; see the module docstring."""
+    from confluent_kafka import KafkaException, Producer
+
+    if speed < 0:
+        raise ValueError(f"speed must be >= 0 (0 = as fast as possible), got {speed}")
+    reader = read_events(log, strict=strict)
+    stats = PublishStats()
+    producer = Producer(kafka.producer(**{"client.id": "surplus-replay",
+                                          "enable.idempotence": True}))
+    topics = {topic: kafka.topic(topic) for topic in TOPICS}
+    meter = Progress(f"publish {Path(log).name}", enabled=progress)
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is None:
+            stats.delivered += 1
+        else:
+            stats.failed += 1
+            stats.first_error = stats.first_error or str(err)
+
+    started = clock()
+    first_ts: int | None = None
+    delta = 0
+    try:
+        for event in reader:
+            if first_ts is None:
+                first_ts = event.ts
+                delta = int(time.time() * 1000) - event.ts if rebase else 0
+            if speed > 0:
+                due = started + (event.ts - first_ts) / 1000.0 / speed
+                wait = due - clock()
+                if wait > 0:
+                    _wait(producer, wait, sleep)
+                else:
+                    stats.behind_ms_max = max(stats.behind_ms_max, -wait * 1000.0)
+            value = shift_value(event.value, delta)
+            _produce(producer, topics[event.topic], event.key, encode(value), event.ts + delta,
+                     delivered)
+            stats.events += 1
+            stats.by_topic[event.topic] = stats.by_topic.get(event.topic, 0) + 1
+            if not stats.events & 0x3FF:
+                producer.poll(0)
+                meter.update(f"{stats.events:,} events sent, {stats.delivered:,} delivered")
+        remaining = producer.flush(60.0)
+    except KafkaException as exc:
+        raise LiveError(f"producing to {kafka.bootstrap} failed: {exc}") from None
+    stats.bad_lines = reader.bad_lines
+    stats.seconds = clock() - started
+    if remaining:
+        stats.failed += remaining
+        stats.first_error = stats.first_error or f"{remaining} messages undelivered after 60 s"
+    meter.done(f"{stats.delivered:,}/{stats.events:,} delivered")
+    return stats
+
+
+def _produce(producer: Any, topic: str, key: str | None, value: bytes, ts: int,
+             on_delivery: Callable[[Any, Any], None]) -> None:
+    """Produce one message, waiting for queue space when the local buffer is full."""
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value, timestamp=ts, on_delivery=on_delivery)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def _wait(producer: Any, seconds: float, sleep: Callable[[float], None]) -> None:
+    """Wait while serving delivery callbacks (a long gap must not stall delivery reports)."""
+    if seconds > 0.05:
+        producer.poll(min(seconds, 0.05))
+        seconds -= 0.05
+    if seconds > 0:
+        sleep(seconds)
+
+
+# -- recording ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StartAt:
+    """Where recording starts in every partition: ``beginning``, ``end``, a time or an offset."""
+
+    kind: str = "beginning"
+    value: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> StartAt:
+        """``beginning`` | ``end`` | ``time:<ms since epoch or ISO-8601>`` | ``offset:<n>``."""
+        text = text.strip()
+        if text in ("beginning", "end"):
+            return cls(text)
+        kind, _, rest = text.partition(":")
+        if kind == "offset" and rest.strip().isdigit():
+            return cls("offset", int(rest))
+        if kind == "time" and rest:
+            return cls("time", parse_time_ms(rest))
+        raise ValueError(f"start must be beginning, end, time:<ms|ISO-8601> or offset:<n>; "
+                         f"got {text!r}")
+
+
+def parse_time_ms(text: str) -> int:
+    """Milliseconds since the epoch from digits or an ISO-8601 time (UTC if no zone)."""
+    from datetime import UTC, datetime
+
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"not a time: {text!r} (use ms since epoch or ISO-8601)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+@dataclass
+class RecordStats:
+    events: int = 0
+    by_topic: dict[str, int] = field(default_factory=dict)
+    invalid: dict[str, int] = field(default_factory=dict)
+    out_of_order: int = 0
+    partitions: int = 0
+    stopped: str = ""
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"events": self.events, "by_topic": dict(sorted(self.by_topic.items())),
+                "invalid": dict(sorted(self.invalid.items())), "out_of_order": self.out_of_order,
+                "partitions": self.partitions, "stopped": self.stopped,
+                "seconds": round(self.seconds, 3)}
+
+
+class _Merge:
+    """Per-partition watermarks and a heap that releases events in (ts, topic, part, offset)."""
+
+    def __init__(self, partitions: list[tuple[str, int]]) -> None:
+        self.last_ts: dict[tuple[str, int], int | None] = dict.fromkeys(partitions)
+        self.at_end: dict[tuple[str, int], bool] = dict.fromkeys(partitions, False)
+        self.heap: list[tuple[int, int, int, int, str, str | None, Event]] = []
+
+    def push(self, topic: str, partition: int, offset: int, ts: int, key: str | None,
+             value: Event) -> None:
+        tp = (topic, partition)
+        self.last_ts[tp] = ts
+        self.at_end[tp] = False
+        heapq.heappush(self.heap, (ts, TOPIC_ORDER[topic], partition, offset, topic, key, value))
+
+    def eof(self, topic: str, partition: int) -> None:
+        self.at_end[(topic, partition)] = True
+
+    def caught_up(self) -> bool:
+        return all(self.at_end.values())
+
+    def watermark(self) -> float:
+        """Events strictly older than this can no longer be preceded by an unread one."""
+        low = float("inf")
+        for tp, done in self.at_end.items():
+            if done:
+                continue
+            seen = self.last_ts[tp]
+            if seen is None:
+                return float("-inf")
+            low = min(low, seen)
+        return low
+
+    def pop_until(self, limit: float) -> list[tuple[int, str, str | None, Event]]:
+        out = []
+        heap = self.heap
+        while heap and heap[0][0] < limit:
+            ts, _, _, _, topic, key, value = heapq.heappop(heap)
+            out.append((ts, topic, key, value))
+        return out
+
+
+def record_log(kafka: KafkaSettings, out: str | Path, *, topics: tuple[str, ...] = TOPICS,
+               start: StartAt = StartAt(), duration_s: float | None = None,
+               stop_at_end: bool = False, max_buffer: int = 1_000_000,
+               progress: bool = False,
+               should_stop: Callable[[], bool] = lambda: False) -> RecordStats:
+    """Tap ``topics`` into the log at ``out``; see the module docstring for order and stops."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException
+
+    for topic in topics:
+        if topic not in VALUE_TYPES:
+            raise ValueError(f"unknown log topic {topic!r}; known: {', '.join(TOPICS)}")
+    consumer = Consumer(kafka.confluent(**{
+        "group.id": f"surplus-record-{uuid.uuid4().hex[:12]}", "enable.auto.commit": False,
+        "enable.auto.offset.store": False, "enable.partition.eof": True,
+        "auto.offset.reset": "earliest" if start.kind != "end" else "latest",
+        "client.id": "surplus-record"}))
+    stats = RecordStats()
+    meter = Progress(f"record {Path(out).name}", enabled=progress)
+    started = time.monotonic()
+    names = {kafka.topic(topic): topic for topic in topics}
+    codecs = {topic: codec_for(VALUE_TYPES[topic]) for topic in topics}
+    try:
+        assignment = _assignment(consumer, list(names), start)
+        stats.partitions = len(assignment)
+        merge = _Merge([(names[tp.topic], tp.partition) for tp in assignment])
+        consumer.assign(assignment)
+        with EventLogWriter(out, strict_order=False) as writer:
+            try:
+                while True:
+                    if should_stop():
+                        stats.stopped = "stopped"
+                        break
+                    if duration_s is not None and time.monotonic() - started >= duration_s:
+                        stats.stopped = "duration"
+                        break
+                    for msg in consumer.consume(num_messages=2000, timeout=0.2):
+                        _take(msg, names, codecs, merge, stats, KafkaError)
+                    if stop_at_end and merge.caught_up():
+                        stats.stopped = "caught_up"
+                        break
+                    limit = merge.watermark()
+                    if len(merge.heap) > max_buffer:
+                        limit = max(limit, merge.heap[len(merge.heap) // 2][0])
+                    _write(writer, merge.pop_until(limit), stats)
+                    meter.update(f"{stats.events:,} events written, {len(merge.heap):,} "
+                                 f"buffered")
+            except KeyboardInterrupt:
+                stats.stopped = "interrupted"
+            _write(writer, merge.pop_until(float("inf")), stats)
+            stats.out_of_order = writer.out_of_order
+    except KafkaException as exc:
+        raise LiveError(f"consuming from {kafka.bootstrap} failed: {exc}") from None
+    finally:
+        consumer.close()
+    stats.seconds = time.monotonic() - started
+    meter.done(f"{stats.events:,} events -> {out} ({stats.stopped})")
+    return stats
+
+
+def _assignment(consumer: Any, topics: list[str], start: StartAt) -> list[Any]:
+    """Every partition of ``topics`` with its start offset."""
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+
+    parts: list[Any] = []
+    for name in topics:
+        meta = consumer.list_topics(name, timeout=10.0).topics.get(name)
+        if meta is None or meta.error is not None or not meta.partitions:
+            raise LiveError(f"topic {name} does not exist or has no partitions"
+                            + (f" ({meta.error})" if meta is not None and meta.error else ""))
+        parts += [TopicPartition(name, p) for p in sorted(meta.partitions)]
+    if start.kind == "beginning":
+        return [TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in parts]
+    if start.kind == "end":
+        return [TopicPartition(tp.topic, tp.partition, OFFSET_END) for tp in parts]
+    if start.kind == "time":
+        wanted = [TopicPartition(tp.topic, tp.partition, start.value) for tp in parts]
+        found = consumer.offsets_for_times(wanted, timeout=10.0)
+        return [TopicPartition(tp.topic, tp.partition,
+                               tp.offset if tp.offset >= 0 else OFFSET_END) for tp in found]
+    out = []
+    for tp in parts:
+        low, high = consumer.get_watermark_offsets(tp, timeout=10.0)
+        out.append(TopicPartition(tp.topic, tp.partition, min(max(start.value, low), high)))
+    return out
+
+
+def _take(msg: Any, names: dict[str, str], codecs: dict[str, Any], merge: _Merge,
+          stats: RecordStats, kafka_error: Any) -> None:
+    """One consumed message (or partition-EOF notice) into the merge buffer."""
+    err = msg.error()
+    topic = names.get(msg.topic())
+    if err is not None:
+        if err.code() == kafka_error._PARTITION_EOF and topic is not None:
+            merge.eof(topic, msg.partition())
+            return
+        raise LiveError(f"consumer error on {msg.topic()}[{msg.partition()}]: {err}")
+    if topic is None:
+        return
+    try:
+        value = codecs[topic].decode(msg.value())
+    except ContractError as exc:
+        reason = f"{topic}: {exc.reason}"[:120]
+        stats.invalid[reason] = stats.invalid.get(reason, 0) + 1
+        return
+    raw_key = msg.key()
+    key = raw_key.decode("utf-8", errors="replace") if raw_key is not None else None
+    _, ts = msg.timestamp()
+    merge.push(topic, msg.partition(), msg.offset(), max(0, ts), key, value)
+
+
+def _write(writer: EventLogWriter, events: list[tuple[int, str, str | None, Event]],
+           stats: RecordStats) -> None:
+    for ts, topic, key, value in events:
+        writer.write_value(ts, topic, key, value)
+        stats.events += 1
+        stats.by_topic[topic] = stats.by_topic.get(topic, 0) + 1
+
+
+def same_events(a: list[AnyEvent], b: list[AnyEvent]) -> str | None:
+    """None when two event lists are equal (order and content); else where they first differ."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return f"event {i} differs: {x!r} != {y!r}"
+    if len(a) != len(b):
+        return f"lengths differ: {len(a)} != {len(b)}"
+    return None
+
+
+__all__ = ["EventLogError", "LiveError", "PublishStats", "RecordStats", "StartAt",
+           "parse_time_ms", "publish_log", "record_log", "same_events", "shift_value"]
