@@ -102,6 +102,7 @@ class PublishStats:
 
 def publish_log(log: str | Path, kafka: KafkaSettings, *, speed: float = 0.0,
                 rebase: bool = False, strict: bool = False, progress: bool = False,
+                delivery_timeout_s: float = 30.0,
                 clock: Callable[[], float] = time.monotonic,
                 sleep: Callable[[float], None] = time.sleep) -> PublishStats:
     """Publish every event of ``log`` into ``kafka``'s topics; see the module docstring."""
@@ -111,8 +112,9 @@ def publish_log(log: str | Path, kafka: KafkaSettings, *, speed: float = 0.0,
         raise ValueError(f"speed must be >= 0 (0 = as fast as possible), got {speed}")
     reader = read_events(log, strict=strict)
     stats = PublishStats()
-    producer = Producer(kafka.producer(**{"client.id": "surplus-replay",
-                                          "enable.idempotence": True}))
+    producer = Producer(kafka.producer(**{
+        "client.id": "surplus-replay", "enable.idempotence": True,
+        "message.timeout.ms": max(1, round(delivery_timeout_s * 1000))}))
     topics = {topic: kafka.topic(topic) for topic in TOPICS}
     meter = Progress(f"publish {Path(log).name}", enabled=progress)
 
@@ -146,14 +148,14 @@ def publish_log(log: str | Path, kafka: KafkaSettings, *, speed: float = 0.0,
             if not stats.events & 0x3FF:
                 producer.poll(0)
                 meter.update(f"{stats.events:,} events sent, {stats.delivered:,} delivered")
-        remaining = producer.flush(60.0)
+        remaining = producer.flush(delivery_timeout_s + 5.0)
     except KafkaException as exc:
         raise LiveError(f"producing to {kafka.bootstrap} failed: {exc}") from None
     stats.bad_lines = reader.bad_lines
     stats.seconds = clock() - started
     if remaining:
         stats.failed += remaining
-        stats.first_error = stats.first_error or f"{remaining} messages undelivered after 60 s"
+        stats.first_error = stats.first_error or f"{remaining} messages undelivered at the end"
     meter.done(f"{stats.delivered:,}/{stats.events:,} delivered")
     return stats
 

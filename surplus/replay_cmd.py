@@ -59,6 +59,9 @@ def replay(
         help="To Kafka: 1 = real time, X = X times faster, 0 = as fast as possible.")] = 1.0,
     rebase: Annotated[bool, typer.Option(
         "--rebase", help="To Kafka: shift all timestamps so the log starts now.")] = False,
+    delivery_timeout: Annotated[float, typer.Option(
+        help="To Kafka: seconds a message may wait for delivery before it counts as failed.")]
+    = 30.0,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress line.")] = False,
 ) -> None:
     """Replay an event log: --offline --out DIR, or --to-kafka --bootstrap B --speed X."""
@@ -70,7 +73,8 @@ def replay(
         fail(f"no such event log: {log}")
     try:
         if to_kafka:
-            _to_kafka(log, bootstrap, prefix, speed, rebase, strict, not quiet)
+            _to_kafka(log, bootstrap, prefix, speed, rebase, strict, not quiet,
+                      delivery_timeout)
         else:
             _offline(log, out, config, parse_sets(set_), compare, strict, not quiet)
     except EventLogError as exc:
@@ -111,15 +115,17 @@ def _labels(paths: tuple[Path, Path]) -> list[str]:
 
 
 def _to_kafka(log: Path, bootstrap: str | None, prefix: str | None, speed: float,
-              rebase: bool, strict: bool, progress: bool) -> None:
+              rebase: bool, strict: bool, progress: bool, delivery_timeout: float) -> None:
     from streams.replay_live import LiveError, publish_log
 
     if speed < 0:
         fail(f"--speed must be >= 0, got {speed}")
+    if delivery_timeout <= 0:
+        fail(f"--delivery-timeout must be > 0, got {delivery_timeout}")
     settings = kafka_settings(bootstrap, prefix)
     try:
         stats = publish_log(log, settings, speed=speed, rebase=rebase, strict=strict,
-                            progress=progress)
+                            progress=progress, delivery_timeout_s=delivery_timeout)
     except LiveError as exc:
         fail(str(exc))
     if stats.failed:
