@@ -18,7 +18,9 @@ from streams.settings import ControlPlaneSettings
 
 def broker_kwargs(kafka: KafkaSettings) -> dict[str, Any]:
     """Faust broker URL and credentials from the one Kafka settings block."""
-    urls = ";".join(f"kafka://{host.strip()}" for host in kafka.bootstrap.split(","))
+    from streams.agents.transport import SCHEME
+
+    urls = ";".join(f"{SCHEME}://{host.strip()}" for host in kafka.bootstrap.split(","))
     kwargs: dict[str, Any] = {"broker": urls}
     context = _ssl_context(kafka) if kafka.uses_ssl else None
     if kafka.sasl_mechanism:
@@ -61,7 +63,9 @@ def create_app(kafka: KafkaSettings | None = None, settings: ControlPlaneSetting
         broker_commit_interval=1.0,
         stream_wait_empty=False,
         producer_linger=0.0,
-        table_standby_replicas=0,
+        # Keeps Faust's own partition assignor (co-partitioned assignment, assigned_actives);
+        # with no tables and no standbys Faust falls back to round-robin.
+        table_standby_replicas=1,
     )
     app.control_plane = ControlPlane(app, kafka, settings, config)  # type: ignore[attr-defined]
     return app

@@ -1,7 +1,7 @@
-"""The control plane's edge state: one `ScopeController` per owned scope, persisted in a table.
+"""The control plane's edge state: one `ScopeController` per owned scope, and its stored state.
 
 Faust owns partitions; this registry owns the controllers of the scopes hashed to them. A
-controller's snapshot is written to a changelog-backed table after every tick and every capacity
+controller's snapshot is written to a compacted changelog after every tick and every capacity
 or preemption event, so whichever process owns the partition next restores integrators,
 inventory, segment estimates and the epoch instead of starting over. Windows in progress and
 outcomes since the last tick are deliberately not persisted: losing one period of them is
@@ -10,9 +10,8 @@ cheaper than a changelog write per report.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 
@@ -28,9 +27,7 @@ class StoredScope(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     state: ControllerState
 
 
-def _stored(value: object) -> StoredScope:
-    """Table values are JSON objects (Faust's json serializer); convert strictly."""
-    return msgspec.convert(value, StoredScope)
+_decoder = msgspec.json.Decoder(StoredScope)
 
 
 @dataclass
@@ -41,12 +38,13 @@ class Entry:
 
 
 class ScopeRegistry:
-    """Controllers by scope, loaded lazily from `table` (scope -> StoredScope as JSON)."""
+    """Controllers by scope, loaded lazily from the restored changelog state."""
 
-    def __init__(self, config: ControlConfig, table: MutableMapping[str, Any]) -> None:
+    def __init__(self, config: ControlConfig) -> None:
         self.config = config
-        self.table = table
+        self.stored: dict[str, StoredScope] = {}
         self.entries: dict[str, Entry] = {}
+        self.restored_partitions: set[int] = set()
 
     def get(self, scope: str, partition: int) -> Entry:
         entry = self.entries.get(scope)
@@ -57,31 +55,39 @@ class ScopeRegistry:
         return entry
 
     def _load(self, scope: str, partition: int) -> Entry:
-        raw = self.table.get(scope)
-        if raw is None:
+        stored = self.stored.get(scope)
+        if stored is None:
             return Entry(ScopeController(scope, self.config), partition, 0)
-        stored = _stored(raw)
         return Entry(ScopeController(scope, self.config, stored.state), partition,
                      stored.last_tick_ms)
 
-    def save(self, scope: str) -> None:
+    def save(self, scope: str) -> StoredScope:
+        """Snapshot a scope's controller; the caller writes it to the changelog."""
         entry = self.entries[scope]
         stored = StoredScope(entry.partition, entry.last_tick_ms, entry.controller.snapshot())
-        self.table[scope] = msgspec.to_builtins(stored)
+        self.stored[scope] = stored
+        return stored
+
+    def restore(self, values: dict[str, bytes], partitions: Iterable[int]) -> None:
+        """Take the changelog's latest values for newly assigned partitions."""
+        for scope, raw in values.items():
+            self.stored[scope] = _decoder.decode(raw)
+        self.restored_partitions.update(partitions)
 
     def scopes_on(self, partition: int) -> list[str]:
-        """Scopes stored or loaded on a partition, including ones restored from the changelog."""
+        """Scopes loaded or stored on a partition, including ones restored from the changelog."""
         found = {s for s, e in self.entries.items() if e.partition == partition}
-        for scope, raw in list(self.table.items()):
-            if scope not in found and _stored(raw).partition == partition:
-                found.add(scope)
+        found.update(s for s, v in self.stored.items() if v.partition == partition)
         return sorted(found)
 
     def forget(self, partitions: Iterable[int]) -> None:
-        """Drop in-memory controllers of revoked partitions; the table keeps their state."""
+        """Drop everything about revoked partitions: their next owner writes their state now."""
         lost = set(partitions)
         for scope in [s for s, e in self.entries.items() if e.partition in lost]:
             del self.entries[scope]
+        for scope in [s for s, v in self.stored.items() if v.partition in lost]:
+            del self.stored[scope]
+        self.restored_partitions -= lost
 
     def due(self, entry: Entry, now_ms: int) -> bool:
         """A tick is due once per period; a duplicate tick after a rebalance is ignored."""

@@ -25,7 +25,6 @@ def control_plane(
 ) -> None:
     """Run the control plane (Faust agents) until SIGTERM / Ctrl-C."""
     from streams.control.config import ConfigError, load_config
-
     from streams.settings import ControlPlaneSettings
 
     kafka = kafka_settings(bootstrap, prefix)
@@ -41,9 +40,12 @@ def control_plane(
         fail(f"bad control-plane setting {'.'.join(map(str, err['loc']))}: {err['msg']}")
     except (ConfigError, OSError) as exc:
         fail(f"bad control config {config}: {exc}")
+    import uvloop
     from faust import Worker
 
     from streams.app import create_app
+
+    uvloop.install()  # Faust's per-event cost is event-loop callbacks: uvloop halves it
 
     app = create_app(kafka, settings, control)
     worker = Worker(app, loglevel=loglevel, quiet=True)
