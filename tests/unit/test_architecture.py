@@ -1,0 +1,80 @@
+"""The layering rules of DESIGN.md, enforced on the source (every rule here can fail).
+
+- Pure code (schemas, streams/control, workers/policy, and the client's decision core) imports
+  no Kafka client, Faust, torch, HTTP library, clock or ambient randomness: the same code runs
+  live, in offline replay and in the simulator.
+- Dependencies point down: surplus -> sim -> streams, workers -> schemas. streams and workers
+  never import each other; nothing below surplus imports it; nothing below sim imports it.
+- Faust is imported only by the control plane's app and agents.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+IMPURE = {"faust", "aiokafka", "confluent_kafka", "kafka", "torch", "aiohttp", "http",
+          "requests", "httpx", "urllib", "urllib3", "socket", "asyncio", "threading",
+          "time", "datetime", "random", "secrets", "uuid", "os", "mode"}
+PURE = ["schemas/contract.py", "schemas/codec.py", "schemas/sketch.py", "schemas/topics.py",
+        "streams/control/*.py", "workers/policy/*.py", "workers/api.py",
+        "workers/client/decision.py", "workers/client/config.py"]
+# Packages a layer must not import (its own and lower layers are fine).
+FORBIDDEN_LAYERS = {
+    "schemas": {"streams", "workers", "sim", "surplus", "bench"},
+    "streams": {"workers", "sim", "surplus", "bench"},
+    "workers": {"streams", "sim", "surplus", "bench"},
+    "sim": {"surplus", "bench"},
+}
+FAUST_ALLOWED = {"streams/app.py"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    modules: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules.add(node.module)
+    return modules
+
+
+def roots(path: Path) -> set[str]:
+    return {m.split(".")[0] for m in imported_modules(path)}
+
+
+def files(*patterns: str) -> list[Path]:
+    found = sorted({p for pattern in patterns for p in ROOT.glob(pattern)})
+    assert found, patterns
+    return found
+
+
+def test_pure_modules_import_nothing_impure() -> None:
+    offenders = {str(p.relative_to(ROOT)): sorted(roots(p) & IMPURE) for p in files(*PURE)}
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN_LAYERS))
+def test_dependencies_point_down(layer: str) -> None:
+    offenders = {str(p.relative_to(ROOT)): sorted(roots(p) & FORBIDDEN_LAYERS[layer])
+                 for p in files(f"{layer}/**/*.py")}
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_only_the_control_plane_app_and_agents_import_faust() -> None:
+    users = {str(p.relative_to(ROOT)) for p in files("schemas/**/*.py", "streams/**/*.py",
+                                                     "workers/**/*.py", "sim/**/*.py")
+             if "faust" in roots(p)}
+    assert {u for u in users if u not in FAUST_ALLOWED and not u.startswith("streams/agents/")
+            } == set()
+
+
+def test_pure_client_core_does_not_reach_into_the_edge() -> None:
+    for path in files("workers/policy/*.py", "workers/api.py", "workers/client/decision.py"):
+        edge = {m for m in imported_modules(path)
+                if m.startswith(("workers.runtime", "workers.client.client",
+                                 "workers.client.feed"))}
+        assert not edge, (path, edge)
