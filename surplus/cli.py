@@ -16,6 +16,7 @@ from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings
 from surplus.control_cmd import control_plane
 from surplus.record_cmd import record
 from surplus.replay_cmd import replay
+from surplus.simulate_cmd import simulate
 from surplus.worker_cmd import worker
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -28,6 +29,7 @@ app.command("control-plane")(control_plane)
 app.command("worker")(worker)
 app.command("record")(record)
 app.command("replay")(replay)
+app.command("simulate")(simulate)
 
 DataDir = Annotated[Path, typer.Option("--data-dir", help="Broker state and logs.")]
 

@@ -1,0 +1,595 @@
+"""The closed loop: traffic, clients, workers, a capacity scheduler and a control plane.
+
+Time advances in steps of ``step_ms``; inside a step everything happens at its own
+millisecond (requests arrive, targets and notices are delivered, replica sets serve batches),
+so a 100 ms step does not blur a 5 ms reaction. At each step boundary the workers publish
+their telemetry (every ``report_interval_s``), the scheduler grants, renews and reclaims
+opportunistic capacity, and the control plane ticks (every ``period_s``).
+
+Everything the fleet publishes goes to the event log *and* to the control plane, in one order,
+with non-decreasing timestamps: the log is exactly what the control plane saw, so
+``surplus replay LOG --offline`` over it re-runs the same decisions. Clients publish routing
+outcomes in one batch per step (stamped at the step's end; each outcome keeps its own time).
+
+Randomness comes from one seed split into independent streams (arrivals, request
+attributes, latency noise, outcome noise, message delays, reclaims), and arrivals are drawn
+before the run: every controller compared on a scenario gets exactly the same requests.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from schemas.contract import (
+    CapacityEvent,
+    ControlTargets,
+    Event,
+    PreemptionNotice,
+    RoutingOutcome,
+)
+from sim.clients import NaiveClient, SimClient, SurplusClient
+from sim.controllers import ALIASES, ControlPlane, make_plane
+from sim.metrics import Metrics
+from sim.scenario import PoolConfig, RegionConfig, Scenario
+from sim.traces import arrival_counts, capacity_shape, lendable, outages
+from sim.worker import BASE, OPT, WHOLE, NormalBlock, Request, SimWorker
+from streams.eventlog import EventLogWriter, make_event
+from streams.replay import Progress
+
+
+@dataclass
+class OppPool:
+    """The scheduler's view of one opportunistic pool: what it lends and when it changes."""
+
+    config: PoolConfig
+    pool_id: str
+    lendable: np.ndarray
+    notices_at: dict[int, int]
+    """step -> notice (ms) for drops caused by an outage starting at that step."""
+    lent: int = 0
+    live: list[SimWorker] = field(default_factory=list)
+    next_renewal_ms: int = 0
+    sets: int = 0
+
+
+@dataclass
+class RegionState:
+    config: RegionConfig
+    client: SimClient
+    arrivals: np.ndarray
+    rng: np.random.Generator
+    segment_names: list[str]
+    segment_cdf: np.ndarray
+    segment_values: np.ndarray
+    segment_value_noise: np.ndarray
+    baseline_workers: list[SimWorker] = field(default_factory=list)
+    opportunistic: list[OppPool] = field(default_factory=list)
+    draining: list[SimWorker] = field(default_factory=list)
+    ranking_pick: tuple[list[float], list[SimWorker]] = ([], [])
+    powerful_pick: tuple[list[float], list[SimWorker]] = ([], [])
+    served_this_step: set[SimWorker] = field(default_factory=set)
+    has_powerful: bool = False
+
+    def workers(self) -> list[SimWorker]:
+        live = [w for pool in self.opportunistic for w in pool.live]
+        return sorted(self.baseline_workers + live + self.draining, key=lambda w: w.worker_id)
+
+
+class Simulation:
+    """One run of a scenario under one controller; ``run`` writes the log and returns the
+    summary."""
+
+    def __init__(self, scenario: Scenario, base_dir: Path, controller: str, out_dir: Path, *,
+                 progress: bool = False, log_name: str = "events.jsonl.zst") -> None:
+        self.sc = scenario
+        self.base_dir = base_dir
+        self.controller = ALIASES.get(controller, controller)
+        self.out_dir = out_dir
+        self.progress = progress
+        self.log_path = out_dir / log_name
+        self.step_ms = scenario.step_ms
+        self.steps = scenario.duration_ms // scenario.step_ms
+        self.t0 = scenario.start_ms
+        seeds = np.random.SeedSequence(scenario.seed).spawn(8)
+        self.rng_arrivals = np.random.default_rng(seeds[0])
+        self.rng_capacity = np.random.default_rng(seeds[1])
+        self.rng_latency = np.random.default_rng(seeds[2])
+        self.rng_outcomes = np.random.default_rng(seeds[3])
+        self.rng_delays = np.random.default_rng(seeds[4])
+        self.request_seeds = seeds[5].spawn(len(scenario.regions))
+        self.plane: ControlPlane = make_plane(
+            self.controller, scenario.control, [r.name for r in scenario.regions],
+            static=scenario.controllers.static, naive=scenario.controllers.naive)
+        self._messages: list[tuple[float, int, str, Any]] = []
+        self._finished: list[tuple[float, int, Request]] = []
+        self._seq = itertools.count()
+        self._rid = itertools.count()
+        self._noise: dict[str, NormalBlock] = {}
+        self._outcome_noise = NormalBlock(self.rng_outcomes, 1.0)
+        self.targets_by_reason: dict[str, int] = {}
+        self.effective: dict[str, ControlTargets] = {}
+        self.regions: dict[str, RegionState] = {}
+        self.created: dict[str, list[SimWorker]] = {}
+        self.log: EventLogWriter | None = None
+        self.metrics: Metrics | None = None
+        self.events_published = 0
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        for i, rc in enumerate(self.sc.regions):
+            self.regions[rc.name] = self._region(rc, np.random.default_rng(self.request_seeds[i]))
+
+    def _region(self, rc: RegionConfig, rng: np.random.Generator) -> RegionState:
+        sc = self.sc
+        counts = arrival_counts(rc.arrivals, self.steps, self.step_ms, self.base_dir,
+                                self.rng_arrivals)
+        shares = np.array([s.share for s in rc.segments], dtype=np.float64)
+        has_powerful = any(p.model == "powerful" for p in rc.pools)
+        client: SimClient
+        if self.controller == "naive":
+            client = NaiveClient(rc.name, sc.client, sc.controllers.naive)
+        else:
+            client = SurplusClient(rc.name, sc.client, powerful=has_powerful,
+                                   seed=sc.seed * 1000 + len(self.regions))
+        state = RegionState(
+            config=rc, client=client, arrivals=counts, rng=rng,
+            segment_names=[s.name for s in rc.segments],
+            segment_cdf=np.cumsum(shares / shares.sum()),
+            segment_values=np.array([s.value for s in rc.segments]),
+            segment_value_noise=np.array([s.value_noise for s in rc.segments]),
+            has_powerful=has_powerful)
+        for pool in rc.pools:
+            if pool.tier == "baseline":
+                state.baseline_workers.append(self._worker(pool, rc.name, pool.replicas, 0))
+            else:
+                state.opportunistic.append(self._opp_pool(pool, rc.name))
+        self._repick(state)
+        return state
+
+    def _opp_pool(self, pool: PoolConfig, region: str) -> OppPool:
+        assert pool.capacity is not None
+        shape = capacity_shape(pool.capacity, self.steps, self.step_ms, self.base_dir,
+                               region=region, accelerator=pool.accelerator)
+        found = outages(pool.capacity, self.sc.storms, self.sc.duration_ms, region=region,
+                        model=pool.model, rng=self.rng_capacity)
+        notices = {o.start_ms // self.step_ms: o.notice_ms for o in found}
+        return OppPool(pool, pool.pool_id(region), lendable(shape, found, self.step_ms), notices)
+
+    def _worker(self, pool: PoolConfig, region: str, replicas: int, index: int,
+                at_ms: int | None = None) -> SimWorker:
+        pool_id = pool.pool_id(region)
+        noise = self._noise.get(pool_id)
+        if noise is None:
+            noise = self._noise[pool_id] = NormalBlock(self.rng_latency, pool.latency_sigma)
+        wid = f"{region}-{pool.model}-{pool.accelerator}-{pool.tier}-{index}"
+        worker = SimWorker(pool, region, wid, replicas, admission=self.sc.worker.admission,
+                           limits=self.sc.worker.limits,
+                           start_ms=self.t0 if at_ms is None else at_ms, noise=noise,
+                           on_done=self._done, on_shed=self._shed)
+        self.created.setdefault(region, []).append(worker)
+        return worker
+
+    def _repick(self, state: RegionState) -> None:
+        """Load-balancer tables: ready replica sets weighted by their throughput."""
+        ranking = [w for w in self._ranking_workers(state) if w.ready]
+        powerful = [w for pool in state.opportunistic for w in pool.live
+                    if pool.config.model == "powerful" and w.ready]
+        state.ranking_pick = _cumulative(ranking)
+        state.powerful_pick = _cumulative(powerful)
+        total = sum(w.rate_per_ms for w in ranking)
+        for w in ranking:
+            w.budget_share = w.rate_per_ms / total if total else 0.0
+
+    @staticmethod
+    def _ranking_workers(state: RegionState) -> list[SimWorker]:
+        opp = [w for pool in state.opportunistic for w in pool.live
+               if pool.config.model == "baseline"]
+        return state.baseline_workers + opp
+
+    # -- publishing --------------------------------------------------------------------------
+
+    def _publish(self, ts: int, topic: str, key: str, value: Event) -> None:
+        """Into the log and into the control plane, in one order; targets it answers with are
+        published and scheduled for delivery."""
+        assert self.log is not None
+        self.log.write_value(ts, topic, key, value)
+        self.events_published += 1
+        for targets in self.plane.feed(make_event(ts, topic, key, value)):
+            self._emit(targets)
+
+    def _emit(self, targets: ControlTargets) -> None:
+        assert self.log is not None
+        self.log.write_value(targets.issued_at_ms, "targets", targets.scope, targets)
+        self.targets_by_reason[targets.reason] = self.targets_by_reason.get(targets.reason,
+                                                                            0) + 1
+        self._schedule(targets.issued_at_ms + self.sc.delays.targets_ms, "targets", targets)
+
+    def _schedule(self, at_ms: float, kind: str, payload: Any) -> None:
+        heapq.heappush(self._messages, (at_ms, next(self._seq), kind, payload))
+
+    # -- the run -----------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        self._build()
+        meter = Progress(f"simulate {self.sc.name} [{self.controller}]", enabled=self.progress)
+        with EventLogWriter(self.log_path) as log, \
+                (self.out_dir / "timeline.csv").open("w", encoding="utf-8",
+                                                     newline="") as timeline:
+            self.log = log
+            sla = {r.name: r.sla_p99_ms or self.sc.control.rma.sla_p99_ms
+                   for r in self.sc.regions}
+            self.metrics = Metrics(sla, timeline, self.t0)
+            for k in range(self.steps):
+                self._step(k)
+                if not k % 200:
+                    meter.update(f"{k * self.step_ms / 1000:,.0f}/{self.sc.duration_s:,.0f} s "
+                                 f"simulated")
+            self._boundary(self.steps)
+            for targets in self.plane.finish():
+                self._emit(targets)
+        meter.done(f"{self.sc.duration_s:,.0f} s simulated, {self.events_published:,} events "
+                   f"-> {self.log_path}")
+        summary = self._summary()
+        summary["_wall_s"] = time.monotonic() - started
+        return summary
+
+    def _boundary(self, k: int) -> None:
+        """Telemetry, capacity changes and control ticks at the start of step ``k``."""
+        t = self.t0 + k * self.step_ms
+        if k and not (k * self.step_ms) % self.sc.report_ms:
+            for state in self.regions.values():
+                for worker in state.workers():
+                    self._publish(t, "telemetry", state.config.name, worker.report(t))
+        if k < self.steps:
+            for state in self.regions.values():
+                self._scheduler(state, k, t)
+        for targets in self.plane.advance(t):
+            self._emit(targets)
+
+    def _step(self, k: int) -> None:
+        self._boundary(k)
+        t = self.t0 + k * self.step_ms
+        end = t + self.step_ms
+        for state in self.regions.values():
+            self._arrivals(state, k, t)
+        self._deliver_until(end)
+        for state in self.regions.values():
+            for worker in state.workers():
+                worker.advance(end)
+            for worker in sorted(state.served_this_step, key=lambda w: w.worker_id):
+                state.client.observe(worker.server_state(end), end)
+            state.served_this_step.clear()
+        self._account(t, end)
+        self._outcomes(end)
+        if not (end - self.t0) % self.sc.sla_window_ms:
+            self._close_windows(end)
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def _arrivals(self, state: RegionState, k: int, t: int) -> None:
+        n = int(state.arrivals[k])
+        if not n:
+            return
+        rng = state.rng
+        offsets = np.sort(rng.integers(0, self.step_ms, n))
+        segments = np.searchsorted(state.segment_cdf, rng.random(n), side="right")
+        segments = np.minimum(segments, len(state.segment_names) - 1)
+        values = np.clip(state.segment_values[segments] + state.segment_value_noise[segments]
+                         * rng.standard_normal(n), 0.0, None)
+        picks = rng.random(n)
+        rc = state.config
+        for offset, seg, value, pick in zip(offsets.tolist(), segments.tolist(),
+                                            values.tolist(), picks.tolist(), strict=True):
+            now = t + offset
+            self._deliver_until(now + 1)
+            decision = state.client.decide(state.segment_names[seg], value,
+                                           rc.max_extra_candidates, now)
+            req = Request(next(self._rid), now, seg, value, rc.base_candidates, decision.extra,
+                          decision.model, decision.explored)
+            if decision.model == "powerful":
+                self._to_powerful(state, req, now, pick)
+            else:
+                self._to_ranking(state, req, now, pick)
+
+    def _to_ranking(self, state: RegionState, req: Request, now: float, pick: float) -> None:
+        worker = _choose(state.ranking_pick, pick)
+        if worker is None:  # never: the baseline tier always has replicas
+            raise RuntimeError(f"region {state.config.name} has no ranking replica")
+        state.served_this_step.add(worker)
+        worker.submit_ranking(req, int(now), state.config.deadline_ms)
+
+    def _to_powerful(self, state: RegionState, req: Request, now: int, pick: float) -> None:
+        worker = _choose(state.powerful_pick, pick)
+        share = self.sc.client.powerful_deadline_share
+        if worker is None:
+            state.client.observe(None, now, error="connection")
+            self._fallback(state, req, now, "connection")
+            return
+        state.served_this_step.add(worker)
+        if not worker.submit_whole(req, now, state.config.deadline_ms * share):
+            self._fallback(state, req, now, worker.admission.last_refusal or "refused")
+
+    def _fallback(self, state: RegionState, req: Request, now: float, reason: str) -> None:
+        """The powerful pool did not serve it: baseline replicas do (only baseline work)."""
+        req.fell_back = True
+        req.model = "baseline"
+        assert self.metrics is not None
+        self.metrics.regions[state.config.name].fallbacks += 1
+        if isinstance(state.client, SurplusClient):
+            state.client.decider.bump("fallback", reason)
+            state.client.decider.bump("rma_shed", "fallback", req.extra)
+        self._to_ranking(state, req, now, float(state.rng.random()))
+
+    def _done(self, req: Request, kind: int, latency: float) -> None:
+        if kind == BASE:
+            req.base_latency = latency
+        elif kind == OPT:
+            req.opt_latency = latency
+            req.opt_done = True
+            req.opt_pending = False
+        else:
+            req.powerful_done = True
+            req.opt_latency = latency
+            self._finish(req, req.arrival_ms + latency)
+            return
+        if req.base_latency is not None and not req.opt_pending:
+            self._finish(req, req.at_worker_ms + max(req.base_latency, req.opt_latency))
+
+    def _shed(self, req: Request, kind: int, reason: str, now: float) -> None:
+        if kind == WHOLE:
+            assert req.worker is not None
+            self._fallback(self.regions[req.worker.region], req, now, reason)
+            return
+        if kind == OPT:
+            req.opt_pending = False
+            req.opt_latency = max(req.opt_latency, now - req.at_worker_ms)
+            if req.base_latency is not None:
+                self._finish(req, req.at_worker_ms + max(req.base_latency, req.opt_latency))
+
+    def _finish(self, req: Request, at_ms: float) -> None:
+        req.finished_ms = at_ms
+        heapq.heappush(self._finished, (at_ms, req.rid, req))
+
+    def _outcomes(self, end: int) -> None:
+        """Requests finished by ``end``: metrics, telemetry, learning, outcome events."""
+        assert self.metrics is not None
+        while self._finished and self._finished[0][0] <= end:
+            _, _, req = heapq.heappop(self._finished)
+            assert req.worker is not None
+            state = self.regions[req.worker.region]
+            self._settle(state, req, end)
+
+    def _settle(self, state: RegionState, req: Request, end: int) -> None:
+        assert self.metrics is not None
+        rc = state.config
+        seg = rc.segments[req.segment]
+        worker = req.worker
+        assert worker is not None
+        e2e = req.finished_ms - req.arrival_ms
+        if req.powerful_done:
+            units = req.base + req.extra
+            worker.record(req.opt_latency, False, units, units)
+            rma = rc.rma_gain * math.log1p(req.extra / rc.rma_scale)
+            self.metrics.powerful_done(rc.name, e2e, units, seg.gain, rma)
+            model = "powerful"
+        else:
+            latency = req.finished_ms - req.at_worker_ms
+            done = req.opt_units if req.opt_done else 0
+            worker.record(latency, True, req.base + done, done)
+            rma = rc.rma_gain * math.log1p(done / rc.rma_scale)
+            self.metrics.ranking_done(rc.name, latency, e2e, rc.timeout_ms, done, rma)
+            model = "baseline"
+        observed = seg.value + (seg.gain if model == "powerful" else 0.0) \
+            + seg.outcome_noise * (math.log(self._outcome_noise()))
+        observed = max(-1e6, min(1e6, observed))
+        state.client.learn(seg.name, model, observed)
+        self._publish(end, "outcomes", rc.name, RoutingOutcome(
+            ts_ms=int(req.finished_ms), scope=rc.name, request_id=f"{rc.name}-{req.rid}",
+            segment=seg.name, model=model,  # type: ignore[arg-type]
+            value=observed, explored=req.explored and not req.fell_back))
+
+    # -- messages ----------------------------------------------------------------------------
+
+    def _deliver_until(self, until: float) -> None:
+        """Deliver every message due before ``until`` (targets, notices, deadlines)."""
+        messages = self._messages
+        while messages and messages[0][0] < until:
+            at, _, kind, payload = heapq.heappop(messages)
+            now = int(at)
+            if kind == "targets":
+                self._deliver_targets(payload, now)
+            elif kind == "notice":
+                self._deliver_notice(payload, now)
+            else:
+                region, worker = payload
+                self._evict(region, worker, now)
+
+    def _deliver_targets(self, targets: ControlTargets, now: int) -> None:
+        state = self.regions.get(targets.scope)
+        if state is None:
+            return
+        self.effective[targets.scope] = targets
+        for worker in state.workers():
+            worker.offer_targets(targets, now)
+        state.client.offer(targets, now)
+
+    def _deliver_notice(self, notice: PreemptionNotice, now: int) -> None:
+        state = self.regions[notice.region]
+        assert self.metrics is not None
+        for worker in state.workers():
+            if worker.concerns(notice) and worker.preempt(notice, now) == "applied":
+                self.metrics.notice_applied(notice.ts_ms, float(now))
+
+    def _evict(self, region: str, worker: SimWorker, now: int) -> None:
+        """The deadline: the replicas leave; their queued baseline work moves to others."""
+        state = self.regions[region]
+        if worker not in state.draining:
+            return
+        state.draining.remove(worker)
+        assert self.metrics is not None
+        for req in worker.evict(now):
+            self.metrics.regions[region].moved += 1
+            req.opt_pending = False
+            self._to_ranking(state, req, now, float(state.rng.random()))
+
+    # -- the capacity scheduler -------------------------------------------------------------
+
+    def _scheduler(self, state: RegionState, k: int, t: int) -> None:
+        changed = False
+        for pool in state.opportunistic:
+            want = int(pool.lendable[k])
+            if want > pool.lent:
+                self._lend(state, pool, want - pool.lent, t)
+                changed = True
+            elif want < pool.lent:
+                notice_ms = pool.notices_at.get(k)
+                if notice_ms is None:
+                    assert pool.config.capacity is not None
+                    notice_ms = round(pool.config.capacity.notice_s * 1000)
+                self._reclaim(state, pool, pool.lent - want, t, notice_ms)
+                changed = True
+            elif pool.lent and t >= pool.next_renewal_ms:
+                self._grant(state, pool, t)
+        if changed:
+            self._repick(state)
+
+    def _grant(self, state: RegionState, pool: OppPool, t: int) -> None:
+        cfg = pool.config
+        self._publish(t, "capacity", state.config.name, CapacityEvent(
+            event_id=f"{pool.pool_id}@{t}", ts_ms=t, region=state.config.name,
+            pool_id=pool.pool_id, kind="grant", accelerator=cfg.accelerator,
+            accelerator_units=float(pool.lent), cpu_units=pool.lent * cfg.cpu_per_replica,
+            expires_at_ms=t + round(cfg.grant_ttl_s * 1000)))
+        pool.next_renewal_ms = t + round(cfg.grant_every_s * 1000)
+
+    def _lend(self, state: RegionState, pool: OppPool, replicas: int, t: int) -> None:
+        worker = self._worker(pool.config, state.config.name, replicas, pool.sets, t)
+        current = self.effective.get(state.config.name)
+        if current is not None:
+            worker.offer_targets(current, t)
+        pool.sets += 1
+        pool.live.append(worker)
+        pool.lent += replicas
+        self._grant(state, pool, t)
+
+    def _reclaim(self, state: RegionState, pool: OppPool, replicas: int, t: int,
+                 notice_ms: int) -> None:
+        """Notice for ``replicas`` replicas, newest replica sets first (split if needed)."""
+        cfg = pool.config
+        whole = replicas >= pool.lent
+        taken: list[SimWorker] = []
+        left = replicas
+        while left > 0 and pool.live:
+            newest = pool.live[-1]
+            if newest.replicas <= left:
+                pool.live.pop()
+                taken.append(newest)
+                left -= newest.replicas
+            else:
+                newest.replicas -= left
+                part = self._worker(cfg, state.config.name, left, pool.sets, t)
+                pool.sets += 1
+                taken.append(part)
+                left = 0
+        pool.lent -= replicas
+        deadline = t + notice_ms
+        notice = PreemptionNotice(
+            notice_id=f"{pool.pool_id}!{t}", ts_ms=t, region=state.config.name,
+            pool_id=pool.pool_id, replicas=[] if whole else [w.worker_id for w in taken],
+            deadline_ms=deadline, accelerator=cfg.accelerator,
+            accelerator_units=float(replicas), cpu_units=replicas * cfg.cpu_per_replica)
+        for worker in taken:
+            worker.draining_deadline_ms = deadline
+            state.draining.append(worker)
+            self._schedule(deadline, "evict", (state.config.name, worker))
+        assert self.metrics is not None
+        self.metrics.notice_issued(t)
+        delay = float(self.rng_delays.uniform(self.sc.delays.notice_min_ms,
+                                              self.sc.delays.notice_max_ms))
+        self._schedule(t + delay, "notice", notice)
+        self._publish(t, "preemption", state.config.name, notice)
+        if pool.lent:
+            pool.next_renewal_ms = t  # renew the grant at its new size at the next boundary
+
+    # -- accounting ------------------------------------------------------------------------
+
+    def _account(self, t: int, end: int) -> None:
+        assert self.metrics is not None
+        span_s = (end - t) / 1000.0
+        for state in self.regions.values():
+            for pool in state.opportunistic:
+                for worker in pool.live:
+                    self._use(worker, span_s)
+            for worker in state.draining:
+                if worker.pool.tier == "opportunistic":
+                    self._use(worker, span_s)
+
+    def _use(self, worker: SimWorker, span_s: float) -> None:
+        assert self.metrics is not None
+        self.metrics.opportunistic_available_s += worker.replicas * span_s
+        used = worker.served_units / worker.pool.units_per_s
+        worker.served_units = 0
+        self.metrics.opportunistic_used_s += used
+
+    def _close_windows(self, end: int) -> None:
+        assert self.metrics is not None
+        for name, state in self.regions.items():
+            targets = self.effective.get(name)
+            replicas = sum(pool.lent for pool in state.opportunistic)
+            shed = sum(sum(w.admission.shed_units.values()) for w in self.created[name])
+            self.metrics.close_window(
+                end, name, extra_target=targets.rma.extra_candidates if targets else 0,
+                coverage=targets.sbm.coverage if targets else 0.0,
+                opportunistic_replicas=replicas, shed_total=shed)
+
+    # -- summary -----------------------------------------------------------------------------
+
+    def _summary(self) -> dict[str, Any]:
+        assert self.metrics is not None
+        summary = self.metrics.summary()
+        shed: dict[str, int] = {}
+        for region in sorted(self.created):
+            for worker in self.created[region]:
+                for reason, n in worker.admission.shed_units.items():
+                    shed[reason] = shed.get(reason, 0) + n
+        summary["optional_units_shed"] = dict(sorted(shed.items()))
+        summary["optional_units_shed_total"] = sum(shed.values())
+        summary["targets_by_reason"] = dict(sorted(self.targets_by_reason.items()))
+        summary["clients"] = {name: state.client.counters()
+                              for name, state in sorted(self.regions.items())}
+        summary["events"] = self.events_published + sum(self.targets_by_reason.values())
+        summary.update({"scenario": self.sc.name, "controller": self.controller,
+                        "seed": self.sc.seed, "duration_s": self.sc.duration_s,
+                        "log": self.log_path.name})
+        return summary
+
+
+def _cumulative(workers: list[SimWorker]) -> tuple[list[float], list[SimWorker]]:
+    total = sum(w.rate_per_ms for w in workers)
+    if total <= 0:
+        return [], []
+    running, bounds = 0.0, []
+    for w in workers:
+        running += w.rate_per_ms / total
+        bounds.append(running)
+    bounds[-1] = 1.0
+    return bounds, workers
+
+
+def _choose(pick: tuple[list[float], list[SimWorker]], u: float) -> SimWorker | None:
+    bounds, workers = pick
+    if not workers:
+        return None
+    return workers[min(bisect_right(bounds, u), len(workers) - 1)]

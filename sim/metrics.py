@@ -1,0 +1,181 @@
+"""What a simulation measured: ground truth kept by the plant, not what telemetry reported.
+
+The SLA is judged on windows of ``sla_window_s`` (default: the control period) per region:
+the p99 of the server-side latency of every ranking request that finished in the window (the
+latency the ranking pools themselves answer with, which is what the ranking SLA is about). A
+window with no request is not judged. ``timeline.csv`` has one row per region and window.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import numpy as np
+
+from streams.replay import csv_line
+
+TIMELINE_COLUMNS = (
+    "t_s", "region", "requests", "ranking_p99_ms", "violation", "e2e_p99_ms",
+    "extra_candidates_target", "coverage_target", "powerful_share", "opportunistic_replicas",
+    "optional_units_done", "optional_units_shed", "incremental_value", "rejected")
+
+
+@dataclass
+class Window:
+    """One region's accumulators for the current SLA window."""
+
+    ranking: list[float] = field(default_factory=list)
+    e2e: list[float] = field(default_factory=list)
+    requests: int = 0
+    powerful: int = 0
+    optional_done: int = 0
+    value: float = 0.0
+    rejected: int = 0
+
+
+@dataclass
+class RegionMetrics:
+    name: str
+    sla_p99_ms: float
+    window: Window = field(default_factory=Window)
+    windows: int = 0
+    violations: int = 0
+    worst_p99: float = 0.0
+    requests: int = 0
+    ranking_served: int = 0
+    powerful_served: int = 0
+    fallbacks: int = 0
+    moved: int = 0
+    rejected: int = 0
+    rma_value: float = 0.0
+    sbm_value: float = 0.0
+    optional_done: int = 0
+    e2e: list[float] = field(default_factory=list)
+    shed_seen: int = 0
+
+
+def p99(values: list[float]) -> float:
+    return float(np.quantile(np.asarray(values), 0.99)) if values else 0.0
+
+
+class Metrics:
+    """Accumulates a run's ground truth and writes the timeline."""
+
+    def __init__(self, regions: dict[str, float], timeline: IO[str], start_ms: int) -> None:
+        self.regions = {name: RegionMetrics(name, sla) for name, sla in sorted(regions.items())}
+        self.timeline = timeline
+        self.start_ms = start_ms
+        timeline.write(csv_line(TIMELINE_COLUMNS))
+        self.opportunistic_available_s = 0.0
+        self.opportunistic_used_s = 0.0
+        self.notice_to_shed_ms: list[float] = []
+        self.first_notice_ms: int | None = None
+        self.optional_done_before_notice = 0
+        self.notices = 0
+
+    def ranking_done(self, region: str, latency_ms: float, e2e_ms: float, timeout_ms: float,
+                     optional_done: int, rma_value: float) -> None:
+        m = self.regions[region]
+        w = m.window
+        m.requests += 1
+        m.ranking_served += 1
+        w.requests += 1
+        w.ranking.append(latency_ms)
+        w.e2e.append(e2e_ms)
+        m.e2e.append(e2e_ms)
+        if latency_ms > timeout_ms:
+            m.rejected += 1
+            w.rejected += 1
+            return
+        self._optional(m, optional_done, rma_value)
+        m.rma_value += rma_value
+
+    def powerful_done(self, region: str, e2e_ms: float, units: int, value: float,
+                      rma_value: float) -> None:
+        m = self.regions[region]
+        w = m.window
+        m.requests += 1
+        m.powerful_served += 1
+        w.requests += 1
+        w.powerful += 1
+        w.e2e.append(e2e_ms)
+        m.e2e.append(e2e_ms)
+        self._optional(m, units, value + rma_value)
+        m.sbm_value += value
+        m.rma_value += rma_value
+
+    def _optional(self, m: RegionMetrics, units: int, value: float) -> None:
+        m.optional_done += units
+        m.window.optional_done += units
+        m.window.value += value
+        if self.first_notice_ms is None:
+            self.optional_done_before_notice += units
+
+    def notice_applied(self, notice_ts_ms: int, applied_ms: float) -> None:
+        self.notice_to_shed_ms.append(applied_ms - notice_ts_ms)
+
+    def notice_issued(self, ts_ms: int) -> None:
+        self.notices += 1
+        if self.first_notice_ms is None:
+            self.first_notice_ms = ts_ms
+
+    def close_window(self, end_ms: int, region: str, *, extra_target: int, coverage: float,
+                     opportunistic_replicas: int, shed_total: int) -> None:
+        m = self.regions[region]
+        w = m.window
+        ranking_p99 = p99(w.ranking)
+        violation = bool(w.ranking) and ranking_p99 > m.sla_p99_ms
+        if w.ranking:
+            m.windows += 1
+            m.violations += violation
+            m.worst_p99 = max(m.worst_p99, ranking_p99)
+        shed = shed_total - m.shed_seen
+        m.shed_seen = shed_total
+        self.timeline.write(csv_line((
+            (end_ms - self.start_ms) / 1000.0, region, w.requests, ranking_p99, violation,
+            p99(w.e2e), extra_target, coverage, w.powerful / w.requests if w.requests else 0.0,
+            opportunistic_replicas, w.optional_done, shed, round(w.value, 6), w.rejected)))
+        m.window = Window()
+
+    def summary(self) -> dict[str, Any]:
+        regions = self.regions.values()
+        e2e = [x for m in regions for x in m.e2e]
+        return {
+            "windows": sum(m.windows for m in regions),
+            "baseline_sla_violation_windows": sum(m.violations for m in regions),
+            "baseline_requests_rejected": sum(m.rejected for m in regions),
+            "opportunistic_utilization": _ratio(self.opportunistic_used_s,
+                                                self.opportunistic_available_s),
+            "opportunistic_accelerator_s": {
+                "available": round(self.opportunistic_available_s, 3),
+                "used": round(self.opportunistic_used_s, 3)},
+            "incremental_value": round(sum(m.rma_value + m.sbm_value for m in regions), 6),
+            "incremental_value_by_lever": {
+                "rma": round(sum(m.rma_value for m in regions), 6),
+                "sbm": round(sum(m.sbm_value for m in regions), 6)},
+            "max_notice_to_shed_ms": round(max(self.notice_to_shed_ms), 3)
+            if self.notice_to_shed_ms else None,
+            "preemption_notices": self.notices,
+            "first_notice_s": None if self.first_notice_ms is None
+            else (self.first_notice_ms - self.start_ms) / 1000.0,
+            "optional_units_done_before_first_notice": self.optional_done_before_notice,
+            "optional_units_done": sum(m.optional_done for m in regions),
+            "requests": sum(m.requests for m in regions),
+            "e2e_p99_ms": round(p99(e2e), 3),
+            "regions": {m.name: {
+                "requests": m.requests, "ranking_served": m.ranking_served,
+                "powerful_served": m.powerful_served, "sbm_fallbacks": m.fallbacks,
+                "moved_at_preemption": m.moved, "windows": m.windows,
+                "sla_p99_ms": m.sla_p99_ms,
+                "baseline_sla_violation_windows": m.violations,
+                "worst_window_p99_ms": round(m.worst_p99, 3),
+                "baseline_requests_rejected": m.rejected,
+                "rma_value": round(m.rma_value, 6), "sbm_value": round(m.sbm_value, 6),
+                "optional_units_done": m.optional_done} for m in regions},
+        }
+
+
+def _ratio(used: float, available: float) -> float:
+    return round(used / available, 6) if available > 0 and math.isfinite(used) else 0.0

@@ -1,0 +1,129 @@
+"""Running scenarios: one controller into a directory, or several side by side.
+
+``simulate`` writes ``events.jsonl.zst`` (the event log the fleet produced: replay it with
+``surplus replay``), ``timeline.csv`` (one row per region and SLA window) and ``summary.json``.
+``compare`` runs several controllers on the same scenario (same seed, so the same requests)
+into one subdirectory each, and adds a table (``summary.json``), plots (PNG) and
+``report.html``. Result files never hold wall-clock times: the same scenario, seed and
+controller give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sim.controllers import ALIASES, CONTROLLERS
+from sim.engine import Simulation
+from sim.scenario import Scenario, find_scenario, load_scenario
+from streams.replay import dump_json
+
+HEADLINE = ("windows", "baseline_sla_violation_windows", "baseline_requests_rejected",
+            "opportunistic_utilization", "incremental_value", "optional_units_shed_total",
+            "max_notice_to_shed_ms", "optional_units_done", "e2e_p99_ms")
+
+
+def simulate(scenario: str | Path, controller: str, out_dir: str | Path, *,
+             duration_s: float | None = None, seed: int | None = None,
+             progress: bool = False) -> dict[str, Any]:
+    """Run ``scenario`` (a path or a shipped name) under ``controller``; returns the summary."""
+    path = find_scenario(str(scenario))
+    sc, base = load_scenario(path, duration_s=duration_s, seed=seed)
+    return run_loaded(sc, base, controller, Path(out_dir), progress=progress)
+
+
+def run_loaded(sc: Scenario, base: Path, controller: str, out: Path, *,
+               progress: bool = False) -> dict[str, Any]:
+    name = ALIASES.get(controller, controller)
+    if name not in CONTROLLERS:
+        raise ValueError(f"unknown controller {controller!r}; known: {', '.join(CONTROLLERS)} "
+                         f"(alias: pid = surplus)")
+    summary = Simulation(sc, base, name, out, progress=progress).run()
+    wall = summary.pop("_wall_s")
+    if progress:
+        sys.stderr.write(f"{sc.name} [{name}]: {sc.duration_s:,.0f} s simulated in "
+                         f"{wall:.1f} s\n")
+    (out / "summary.json").write_text(dump_json(summary), encoding="utf-8")
+    return summary
+
+
+def compare(scenario: str | Path, controllers: Sequence[str], out_dir: str | Path, *,
+            duration_s: float | None = None, seed: int | None = None,
+            progress: bool = False) -> dict[str, Any]:
+    """Run each controller on the same scenario; write the side-by-side report."""
+    path = find_scenario(str(scenario))
+    sc, base = load_scenario(path, duration_s=duration_s, seed=seed)
+    names = [ALIASES.get(c, c) for c in controllers]
+    if len(set(names)) != len(names) or not names:
+        raise ValueError(f"controllers to compare must be distinct and non-empty: {controllers}")
+    out = Path(out_dir)
+    runs = {name: run_loaded(sc, base, name, out / name, progress=progress) for name in names}
+    table = {name: {key: runs[name][key] for key in HEADLINE} for name in names}
+    summary = {"scenario": sc.name, "seed": sc.seed, "duration_s": sc.duration_s,
+               "controllers": names, "table": table, "runs": runs}
+    (out / "summary.json").write_text(dump_json(summary), encoding="utf-8")
+    write_report(out, sc, names, table)
+    return summary
+
+
+def _timeline(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def write_report(out: Path, sc: Scenario, names: Sequence[str],
+                 table: dict[str, dict[str, Any]]) -> Path:
+    """Plots per region (p99 vs SLA, targets, coverage, capacity, value) and report.html."""
+    from streams.replay_report import bar_plot, html_page, line_plot
+
+    rows = {name: _timeline(out / name / "timeline.csv") for name in names}
+    images: list[str] = []
+    for region in sc.regions:
+        sla = region.sla_p99_ms or sc.control.rma.sla_p99_ms
+
+        def series(column: str, region: str = region.name,
+                   cumulative: bool = False) -> dict[str, tuple[list[float], list[float]]]:
+            out_series = {}
+            for name in names:
+                xs, ys, total = [], [], 0.0
+                for row in rows[name]:
+                    if row["region"] != region:
+                        continue
+                    value = float(row[column] or 0.0)
+                    total += value
+                    xs.append(float(row["t_s"]))
+                    ys.append(total if cumulative else value)
+                out_series[name] = (xs, ys)
+            return out_series
+
+        plots = [
+            ("ranking_p99", "ranking p99 per window (ms)", series("ranking_p99_ms"), sla),
+            ("extra_candidates", "extra candidates target", series("extra_candidates_target"),
+             None),
+            ("powerful_share", "share of requests served by the powerful model",
+             series("powerful_share"), None),
+            ("opportunistic_replicas", "opportunistic replicas lent",
+             series("opportunistic_replicas"), None),
+            ("incremental_value", "cumulative incremental value",
+             series("incremental_value", cumulative=True), None),
+        ]
+        for key, title, data, hline in plots:
+            file = f"{region.name}_{key}.png"
+            line_plot(out / file, f"{region.name}: {title}", title, data, hline=hline)
+            images.append(file)
+    bar_plot(out / "incremental_value.png", "incremental value",
+             {n: float(table[n]["incremental_value"]) for n in names}, "value")
+    bar_plot(out / "sla_violations.png", "baseline SLA violation windows",
+             {n: float(table[n]["baseline_sla_violation_windows"]) for n in names}, "windows")
+    images[:0] = ["incremental_value.png", "sla_violations.png"]
+    notes = [sc.description] if sc.description else []
+    if any(r.arrivals.kind == "trace" and r.arrivals.path and "Azure" in r.arrivals.path
+           for r in sc.regions):
+        from sim.traces import AZURE_ATTRIBUTION
+
+        notes.append(f"Arrivals: {AZURE_ATTRIBUTION}.")
+    return html_page(out / "report.html", f"Scenario {sc.name}: {', '.join(names)} "
+                     f"(seed {sc.seed}, {sc.duration_s:,.0f} s)", table, images, notes)

@@ -1,0 +1,375 @@
+"""A simulated worker: a set of replicas behind the real worker policies, on a fluid server.
+
+The policies are the live ones, composed as ``workers/runtime/worker.py`` composes them:
+``TargetState`` decides whether optional work may run at all (missing, stale or preempted
+targets mean baseline only), ``Admission`` queues baseline work first and optional work by
+value and sheds it by overload, deadline, preemption and budget. What replaces the torch model
+and the batcher thread is a fluid server: the replicas score ``units_per_s`` candidates a
+second each, batches are taken from admission in its order and take ``units / rate`` to run.
+
+The server shares its replicas among the work in service, like a processor-sharing queue: up
+to ``inflight_ms`` worth of work is in service at once and drains at the replicas' rate, so
+below saturation nothing waits, and a request's latency is a service time drawn around the
+pool's latency-vs-utilisation curve (lognormal noise), where utilisation is the recent busy
+share of the replicas. That curve is where contention lives: optional work on the same
+replicas makes baseline requests slower long before any queue forms, which is what the RMA
+controller has to regulate. Past saturation, work waits in admission's queues (baseline
+first) and its latency adds that wait: that is when admission sheds and clients back off.
+
+Replica sets are the unit of preemption: a notice names some replicas, those become a worker
+of their own that drains until the deadline, receives no new requests, and sheds its optional
+work the moment the notice arrives.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from schemas.contract import ControlTargets, PreemptionNotice, WindowReport
+from schemas.sketch import new_sketch, to_wire
+from sim.scenario import PoolConfig
+from workers.api import ServerState
+from workers.policy.admission import Admission, AdmissionConfig
+from workers.policy.targets import EffectiveTargets, LocalLimits, TargetState
+
+REASON_STALE_TARGETS = "stale_targets"
+REASON_PREEMPTION = "preemption"
+REASON_OVER_TARGET = "over_target"
+UTIL_TAU_MS = 1000.0
+
+BASE, OPT, WHOLE = 0, 1, 2
+
+
+def fail_safe_reason(targets: EffectiveTargets) -> str:
+    """The shed reason when targets say baseline only (as the live worker names it)."""
+    return REASON_PREEMPTION if targets.reason == "preempted" else REASON_STALE_TARGETS
+
+
+class LatencyCurve:
+    """Median latency (ms) at a utilisation, linearly interpolated between the points."""
+
+    def __init__(self, points: tuple[tuple[float, float], ...]) -> None:
+        self.xs = [float(u) for u, _ in points]
+        self.ys = [float(ms) for _, ms in points]
+
+    def __call__(self, utilisation: float) -> float:
+        xs, ys = self.xs, self.ys
+        if utilisation <= xs[0]:
+            return ys[0]
+        for i in range(1, len(xs)):
+            if utilisation <= xs[i]:
+                f = (utilisation - xs[i - 1]) / (xs[i] - xs[i - 1])
+                return ys[i - 1] + f * (ys[i] - ys[i - 1])
+        return ys[-1]
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """One ranking request through the fleet (plain data; the engine owns its life cycle)."""
+
+    rid: int
+    arrival_ms: int
+    segment: int
+    value: float
+    base: int
+    extra: int
+    model: str = "baseline"
+    explored: bool = False
+    at_worker_ms: float = 0.0
+    """When it reached the ranking worker that serves it (after any fallback)."""
+    base_latency: float | None = None
+    opt_units: int = 0
+    opt_pending: bool = False
+    opt_latency: float = 0.0
+    opt_done: bool = False
+    powerful_done: bool = False
+    fell_back: bool = False
+    worker: SimWorker | None = None
+    finished_ms: float = 0.0
+
+
+@dataclass
+class WindowTotals:
+    """What one telemetry window accumulated (reset at each report)."""
+
+    requests: int = 0
+    baseline_requests: int = 0
+    optional_done: int = 0
+    rows: int = 0
+    busy_ms: float = 0.0
+    sketch: Any = field(default_factory=new_sketch)
+
+
+class SimWorker:
+    """One replica set of one pool (see the module docstring)."""
+
+    def __init__(self, pool: PoolConfig, region: str, worker_id: str, replicas: int, *,
+                 admission: AdmissionConfig, limits: LocalLimits, start_ms: int,
+                 noise: Callable[[], float], on_done: Callable[[Request, int, float], None],
+                 on_shed: Callable[[Request, int, str, float], None]) -> None:
+        self.pool = pool
+        self.pool_id = pool.pool_id(region)
+        self.region = region
+        self.worker_id = worker_id
+        self._replicas = 0
+        self._rate = 0.0
+        self._room = 1.0
+        self.replicas = replicas
+        self.curve = LatencyCurve(pool.latency_curve)
+        warm = msgspec.structs.replace(
+            admission, initial_ms_per_unit=min(10_000.0, 1000.0 / max(
+                replicas * pool.units_per_s, 1e-6)))
+        self.admission: Admission[tuple[Request, int]] = Admission(warm, on_shed=self._shed)
+        self.targets = TargetState(region, limits)
+        self.noise = noise
+        self.on_done = on_done
+        self.on_shed_item = on_shed
+        self.clock = float(start_ms)
+        self.now = float(start_ms)
+        self.draining_deadline_ms: int | None = None
+        self.stopped_optional_ms: float | None = None
+        self.budget_share = 1.0
+        self._budget: float | None = None
+        self._util_acc = 0.0
+        self.in_service = 0.0
+        self._window = WindowTotals()
+        self._window_start = start_ms
+        self._last_shed: dict[str, int] = {}
+        self._rows_per_request = 0.0
+        self.served_units = 0
+
+    # -- capacity ----------------------------------------------------------------------------
+
+    @property
+    def replicas(self) -> int:
+        return self._replicas
+
+    @replicas.setter
+    def replicas(self, n: int) -> None:
+        self._replicas = n
+        self._rate = n * self.pool.units_per_s / 1000.0
+        self._room = max(1.0, self._rate * self.pool.inflight_ms)
+
+    @property
+    def rate_per_ms(self) -> float:
+        return self._rate
+
+    @property
+    def inflight_units(self) -> float:
+        """Work the replicas take into service at once (batches in flight)."""
+        return self._room
+
+    @property
+    def ready(self) -> bool:
+        """Takes new requests (a draining replica set is out of the load balancer)."""
+        return self.draining_deadline_ms is None and self.replicas > 0
+
+    def utilisation(self) -> float:
+        return self._util_acc / (max(self.rate_per_ms, 1e-9) * UTIL_TAU_MS)
+
+    # -- serving -----------------------------------------------------------------------------
+
+    def advance(self, now: float) -> None:
+        """Run the server until ``now``: work in service drains at the replicas' rate, and
+        queued work enters service, in admission's order, as soon as there is room."""
+        adm = self.admission
+        if not adm.queued_items:
+            self._drain_to(now)
+            self.now = now
+            return
+        rate = self._rate
+        room = self._room
+        while adm.queued_items:
+            free_at = self.clock + max(0.0, (self.in_service - room) / rate)
+            if free_at > now:
+                break
+            self._drain_to(free_at)
+            self.now = free_at
+            batch = adm.next_batch(max(1, int(room - self.in_service)), int(free_at))
+            if not batch:
+                break
+            units = sum(work.units for work in batch)
+            self.in_service += units
+            adm.record_service(units, units / rate)
+            self.served_units += units
+            self._util_acc += units
+            self._window.busy_ms += units / rate
+            service = self.curve(self.utilisation())
+            for work in batch:
+                req, kind = work.item
+                wait = free_at - (req.at_worker_ms if kind != WHOLE else req.arrival_ms)
+                self.on_done(req, kind, max(0.0, wait) + service * self.noise())
+        self._drain_to(now)
+        self.now = now
+
+    def _drain_to(self, t: float) -> None:
+        span = t - self.clock
+        if span <= 0:
+            return
+        self.in_service = max(0.0, self.in_service - span * self._rate)
+        self._util_acc *= math.exp(-span / UTIL_TAU_MS)
+        self.clock = t
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def submit_ranking(self, req: Request, now: int, deadline_ms: float) -> None:
+        """Base candidates as baseline work; extra candidates as optional work, if allowed."""
+        self.advance(now)
+        req.worker = self
+        req.at_worker_ms = now
+        adm = self.admission
+        adm.admit_baseline((req, BASE), now, units=req.base)
+        extra = 0 if req.fell_back else req.extra
+        if extra:
+            self._admit_extra(req, extra, now, deadline_ms)
+        self.advance(now)
+
+    def _admit_extra(self, req: Request, extra: int, now: int, deadline_ms: float) -> None:
+        """The live worker's rule: only as many as the targets allow, within the budget."""
+        adm = self.admission
+        effective = self.targets.current(now)
+        if effective.baseline_only:
+            adm.count_shed(fail_safe_reason(effective), extra)
+            return
+        self._apply_budget(effective, now)
+        allowed = min(extra, effective.extra_candidates)
+        if allowed < extra:
+            adm.count_shed(REASON_OVER_TARGET, extra - allowed)
+        if allowed and adm.admit_optional((req, OPT), req.value, int(now + deadline_ms), now,
+                                          units=allowed):
+            req.opt_units = allowed
+            req.opt_pending = True
+
+    def submit_whole(self, req: Request, now: int, deadline_ms: float) -> bool:
+        """The powerful model: the whole request is optional work; False when refused."""
+        self.advance(now)
+        req.worker = self
+        units = req.base + req.extra
+        effective = self.targets.current(now)
+        if effective.baseline_only:
+            self.admission.count_shed(fail_safe_reason(effective), units)
+            return False
+        admitted = self.admission.admit_optional((req, WHOLE), req.value,
+                                                 int(now + deadline_ms), now, units=units)
+        if admitted:
+            self.advance(now)
+        return admitted
+
+    def _apply_budget(self, effective: EffectiveTargets, now: int) -> None:
+        budget = effective.budget_units_per_s * self.budget_share
+        if budget != self._budget:
+            self._budget = budget
+            self.admission.set_budget(budget, now)
+
+    def _shed(self, item: tuple[Request, int], reason: str) -> None:
+        req, kind = item
+        self.on_shed_item(req, kind, reason, self.now)
+
+    def server_state(self, now: float) -> ServerState:
+        adm = self.admission
+        return ServerState(queue_delay_ms=max(0.0, adm.queue_delay_ms(int(now))),
+                           in_flight=adm.queued_items,
+                           shedding_level=adm.shedding_level(int(now)),
+                           preempted=adm.preempted or self.targets.preempted)
+
+    # -- control messages --------------------------------------------------------------------
+
+    def offer_targets(self, targets: ControlTargets, now: int) -> None:
+        """As the live worker: new trusted targets after a preemption resume optional work."""
+        verdict = self.targets.offer(targets, now)
+        if verdict.accepted and not self.targets.preempted and self.admission.preempted:
+            self.admission.resume()
+
+    def concerns(self, notice: PreemptionNotice) -> bool:
+        return notice.pool_id == self.pool_id and (not notice.replicas
+                                                   or self.worker_id in notice.replicas)
+
+    def preempt(self, notice: PreemptionNotice, now: int) -> str:
+        """The local fast path: stop optional work now, keep serving baseline until the
+        deadline (the live worker's ``on_preemption``)."""
+        if notice.deadline_ms < now:
+            return "expired"
+        self.advance(now)
+        self.now = now
+        self.admission.preempt(now)
+        self.targets.preempt(now)
+        self.draining_deadline_ms = notice.deadline_ms
+        if self.stopped_optional_ms is None:
+            self.stopped_optional_ms = float(now)
+        return "applied"
+
+    def evict(self, now: int) -> list[Request]:
+        """The replicas are gone: drop queued optional work, hand back queued baseline work."""
+        self.advance(now)
+        self.now = now
+        self.admission.preempt(now)
+        handed_back = []
+        while self.admission.queued_items:
+            for work in self.admission.next_batch(1 << 30, now):
+                req, kind = work.item
+                if kind == BASE:
+                    handed_back.append(req)
+        self.replicas = 0
+        return handed_back
+
+    # -- telemetry ---------------------------------------------------------------------------
+
+    def record(self, latency_ms: float, baseline: bool, rows: int, optional_done: int) -> None:
+        w = self._window
+        w.sketch.add(max(0.0, latency_ms))
+        w.requests += 1
+        w.baseline_requests += baseline
+        w.rows += rows
+        w.optional_done += optional_done
+
+    def report(self, now: int) -> WindowReport:
+        """Close the telemetry window (what the live worker publishes every interval)."""
+        self.advance(now)
+        w = self._window
+        span_ms = max(now - self._window_start, 1)
+        shed_now = self.admission.shed_units
+        shed = {reason: n - self._last_shed.get(reason, 0) for reason, n in shed_now.items()}
+        self._last_shed = dict(shed_now)
+        if w.requests:
+            self._rows_per_request = w.rows / w.requests
+        per_request = max(self._rows_per_request, 1.0)
+        adm = self.admission
+        report = WindowReport(
+            pool_id=self.pool_id, worker_id=self.worker_id, region=self.region,
+            service=self.pool.service, model=self.pool.model, tier=self.pool.tier,
+            accelerator=self.pool.accelerator, window_start_ms=self._window_start,
+            window_end_ms=now, requests=w.requests, baseline_requests=w.baseline_requests,
+            optional_units_done=w.optional_done,
+            optional_units_shed={r: n for r, n in sorted(shed.items()) if n > 0},
+            latency_ms=to_wire(w.sketch), queue_depth=adm.queued_items,
+            queue_delay_ms=max(0.0, adm.queue_delay_ms(now)),
+            utilisation=min(10.0, w.busy_ms / span_ms),
+            capacity_rps=self.replicas * self.pool.units_per_s / per_request)
+        self._window = WindowTotals()
+        self._window_start = now
+        return report
+
+
+class NormalBlock:
+    """Lognormal multipliers drawn in blocks from one generator (one numpy call per 4096)."""
+
+    def __init__(self, rng: np.random.Generator, sigma: float, block: int = 4096) -> None:
+        self.rng = rng
+        self.sigma = sigma
+        self.block = block
+        self._values: list[float] = []
+        self._i = 0
+
+    def __call__(self) -> float:
+        i = self._i
+        if i >= len(self._values):
+            self._values = np.exp(self.rng.normal(0.0, self.sigma, self.block)).tolist()
+            i = 0
+        self._i = i + 1
+        return self._values[i]
