@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from schemas.topics import SCOPE_PARTITIONS
@@ -22,3 +22,38 @@ class ControlPlaneSettings(BaseSettings):
     metrics_port: int = Field(default=0, ge=0, le=65535)
     data_dir: Path = Path(".surplus/control")
     loglevel: str = "warning"
+    #: Shared HMAC key: when set, every ControlTargets published is signed with it
+    #: (receivers configured with the same key drop unsigned or forged targets).
+    signing_key: SecretStr | None = None
+    #: The same key read from a file (keeps it out of the environment and argv).
+    signing_key_file: Path | None = None
+
+    @field_validator("signing_key_file")
+    @classmethod
+    def _readable_key(cls, path: Path | None) -> Path | None:
+        if path is not None:
+            from schemas.signing import load_key
+
+            load_key(path)  # ValueError names the file; pydantic names the key
+        return path
+
+    @model_validator(mode="after")
+    def _one_key(self) -> ControlPlaneSettings:
+        if self.signing_key is not None and self.signing_key_file is not None:
+            raise ValueError("give signing_key or signing_key_file, not both")
+        if self.signing_key is not None and not self.signing_key.get_secret_value():
+            raise ValueError("signing_key must not be empty")
+        return self
+
+    def signing_key_bytes(self) -> bytes | None:
+        """The key to sign targets with, or None when signing is off.
+
+        Raises ValueError naming the file when the key file cannot be read or is empty.
+        """
+        if self.signing_key is not None:
+            return self.signing_key.get_secret_value().encode()
+        if self.signing_key_file is not None:
+            from schemas.signing import load_key
+
+            return load_key(self.signing_key_file)
+        return None

@@ -22,6 +22,9 @@ def control_plane(
     metrics_port: Annotated[int, typer.Option(help="Prometheus port (0 = off).")] = 0,
     data_dir: Annotated[Path, typer.Option(help="Faust local state.")] = Path(".surplus/control"),
     loglevel: Annotated[str, typer.Option(help="Log level.")] = "warning",
+    signing_key_file: Annotated[Path | None, typer.Option(
+        help="Sign every ControlTargets with the HMAC key in this file "
+             "(or set $SURPLUS_CONTROL_SIGNING_KEY).")] = None,
 ) -> None:
     """Run the control plane (Faust agents) until SIGTERM / Ctrl-C."""
     from streams.control.config import ConfigError, load_config
@@ -32,6 +35,8 @@ def control_plane(
                                  "data_dir": data_dir / app_id, "loglevel": loglevel}
     if partitions:
         overrides["partitions"] = partitions
+    if signing_key_file is not None:
+        overrides["signing_key_file"] = signing_key_file
     try:
         settings = ControlPlaneSettings(**overrides)
         control = load_config(config) if config else None

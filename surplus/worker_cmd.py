@@ -35,6 +35,8 @@ def worker(
         "--kafka/--no-kafka", help="Use Kafka (default: when a bootstrap is given by flag, "
                                    "config or $SURPLUS_KAFKA_BOOTSTRAP).")] = None,
     loglevel: Annotated[str, typer.Option(help="Log level.")] = "info",
+    signing_key_file: Annotated[Path | None, typer.Option(
+        help="Refuse targets not signed with the HMAC key in this file.")] = None,
 ) -> None:
     """Serve rankings until SIGTERM / Ctrl-C, then finish queued work and exit cleanly."""
     from workers.runtime.config import ConfigError, load_config
@@ -46,7 +48,8 @@ def worker(
     overrides: dict[str, Any] = {
         "worker_id": worker_id, "region": region, "service": service, "tier": tier,
         "accelerator": accelerator, "model.name": model, "model.path": model_path,
-        "host": host, "port": port}
+        "host": host, "port": port,
+        "targets_signing_key_file": str(signing_key_file) if signing_key_file else None}
     try:
         settings = load_config(config, overrides,
                                defaults={"worker_id": f"{socket.gethostname()}-{os.getpid()}"})

@@ -34,6 +34,7 @@ from schemas.contract import (
     WindowReport,
 )
 from schemas.kafka_config import KafkaSettings
+from schemas.signing import sign
 from schemas.sketch import SketchMismatch
 from streams.agents.changelog import read_changelog
 from streams.control.config import ControlConfig
@@ -97,6 +98,7 @@ class ControlPlane:
                                    internal=True, partitions=settings.partitions,
                                    compacting=True, deleting=False, **raw)
         self.registry = ScopeRegistry(config)
+        self.signing_key = settings.signing_key_bytes()
         self._restoring: dict[int, asyncio.Event] = {}
         app.agent(self.inputs, name="surplus-control-inputs")(self._inputs_agent)
         app.agent(self.ticks, name="surplus-control-ticks")(self._ticks_agent)
@@ -175,6 +177,8 @@ class ControlPlane:
                 await self.ticks.send(value=tick, partition=tp.partition)
 
     async def _publish(self, targets: ControlTargets) -> None:
+        if self.signing_key is not None:
+            targets = sign(targets, self.signing_key)
         await self.targets.send(key=targets.scope.encode(), value=encode(targets))
         self.metrics.targets.labels(targets.scope, targets.reason).inc()
         self.metrics.extra.labels(targets.scope).set(targets.rma.extra_candidates)

@@ -1,56 +1,10 @@
-"""Optional HMAC-SHA256 signatures on ControlTargets with a key shared by the control plane and
-its receivers, so a receiver can refuse targets that nobody with the key issued.
+"""HMAC signing of ControlTargets, for the receiving side (workers and clients).
 
-The signature covers the canonical bytes of the targets with `signature=None`: JSON with every
-object's keys sorted, so a target that crossed Kafka (and was decoded and re-encoded, possibly
-with its segments in another order) verifies against the signature its issuer computed.
+The functions live in `schemas.signing`, the shared bottom layer, because the control plane
+signs what it publishes and `streams` and `workers` never import each other. This module keeps
+the receivers' import path.
 """
 
-from __future__ import annotations
+from schemas.signing import canonical_bytes, load_key, sign, signature_of, verifier
 
-import hashlib
-import hmac
-from collections.abc import Callable
-
-import msgspec
-
-from schemas.contract import ControlTargets
-
-_canonical = msgspec.json.Encoder(order="sorted")
-
-
-def canonical_bytes(targets: ControlTargets) -> bytes:
-    """The bytes a signature covers: the targets without their signature, keys sorted."""
-    return _canonical.encode(msgspec.structs.replace(targets, signature=None))
-
-
-def _key_bytes(key: bytes | str) -> bytes:
-    if isinstance(key, str):
-        key = key.encode()
-    if not key:
-        raise ValueError("signing key must not be empty")
-    return key
-
-
-def signature_of(targets: ControlTargets, key: bytes | str) -> str:
-    """Hex HMAC-SHA256 of the canonical bytes of `targets`."""
-    return hmac.new(_key_bytes(key), canonical_bytes(targets), hashlib.sha256).hexdigest()
-
-
-def sign(targets: ControlTargets, key: bytes | str) -> ControlTargets:
-    """A copy of `targets` carrying its signature under `key`."""
-    return msgspec.structs.replace(targets, signature=signature_of(targets, key))
-
-
-def verifier(key: bytes | str) -> Callable[[ControlTargets], bool]:
-    """A check for `TargetState`: True only for targets signed with `key` (constant-time)."""
-    key = _key_bytes(key)
-
-    def verify(targets: ControlTargets) -> bool:
-        if targets.signature is None:
-            return False
-        # Bytes, not str: compare_digest refuses non-ASCII str, and a forged value may be any.
-        return hmac.compare_digest(targets.signature.encode(),
-                                   signature_of(targets, key).encode())
-
-    return verify
+__all__ = ["canonical_bytes", "load_key", "sign", "signature_of", "verifier"]

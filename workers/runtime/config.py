@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from schemas.contract import Tier
 from schemas.kafka_config import KafkaSettings
+from schemas.signing import load_key
 from workers.policy.admission import AdmissionConfig
 from workers.policy.targets import LocalLimits
 from workers.runtime.batching import BatchingConfig
@@ -59,6 +60,8 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     preemption_lookback_s: Annotated[float, Meta(ge=0.0, le=86_400.0)] = 300.0
     #: Shared HMAC key: when set, unsigned or forged targets are refused.
     targets_signing_key: str | None = None
+    #: The same key read from a file (``surplus worker --signing-key-file``).
+    targets_signing_key_file: str | None = None
     kafka: dict[str, Any] | None = None
 
     @property
@@ -71,6 +74,23 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     def whole_request_optional(self) -> bool:
         """An opportunistic replica of the powerful model only ever does optional work."""
         return self.tier == "opportunistic" and self.model.name == "powerful"
+
+    def signing_key(self) -> bytes | None:
+        """The key targets must be signed with, or None when signatures are not checked."""
+        if self.targets_signing_key is not None and self.targets_signing_key_file is not None:
+            raise ConfigError("bad worker config at `targets_signing_key_file`: give it or "
+                              "`targets_signing_key`, not both")
+        if self.targets_signing_key_file is not None:
+            try:
+                return load_key(self.targets_signing_key_file)
+            except ValueError as exc:
+                raise ConfigError(f"bad worker config at `targets_signing_key_file`: "
+                                  f"{exc}") from None
+        if self.targets_signing_key is not None:
+            if not self.targets_signing_key:
+                raise ConfigError("bad worker config at `targets_signing_key`: empty key")
+            return self.targets_signing_key.encode()
+        return None
 
     def kafka_settings(self) -> KafkaSettings | None:
         """The Kafka client settings, or None when this worker runs without Kafka."""
@@ -120,6 +140,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     except msgspec.ValidationError as exc:
         raise ConfigError(f"bad worker config: {exc}") from None
     config.kafka_settings()  # fail now, not when the first Kafka client starts
+    config.signing_key()
     if config.model.path is not None and not Path(config.model.path).is_file():
         raise ConfigError(f"bad worker config at `model.path`: model file "
                           f"{config.model.path} does not exist")

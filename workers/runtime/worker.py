@@ -83,7 +83,7 @@ class Worker:
         self.admission: Admission[Job] = Admission(config.admission)
         self.batcher = Batcher(_NotLoaded(), self.admission, config.batching,
                                on_batch=self._on_batch)
-        key = config.targets_signing_key
+        key = config.signing_key()
         self.targets = TargetState(config.region, config.limits,
                                    signing.verifier(key) if key else None)
         self._targets_lock = threading.Lock()
