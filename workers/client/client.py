@@ -37,6 +37,9 @@ from workers.policy.routing import Model
 
 OutcomeValue = Callable[[RankRequest, RankResponse], float]
 VALUE_BOUND = 1e6
+#: Baseline call failures worth another replica: it was not reached ("connection"), it went
+#: away with the request in flight ("disconnected"), or it is not serving ("http_503").
+RETRY_ON_ANOTHER_REPLICA = frozenset({"connection", "disconnected", "http_503"})
 
 
 def top_score_value(request: RankRequest, response: RankResponse) -> float:
@@ -82,11 +85,14 @@ class RankingClient:
         self.decider = Decider(config, signing_key)
         self._outcome_value = outcome_value
         self._clock = clock
+        pools = {"baseline": config.baseline_urls,
+                 "powerful": config.powerful_urls or config.baseline_urls}
+        self._pool_size = {m: len(urls) for m, urls in pools.items()}
         self._urls: dict[Model, Iterator[str]] = {
-            "baseline": itertools.cycle([u.rstrip("/") + RANK_PATH for u in config.baseline_urls]),
-            "powerful": itertools.cycle([u.rstrip("/") + RANK_PATH
-                                         for u in config.powerful_urls or config.baseline_urls]),
-        }
+            m: itertools.cycle([u.rstrip("/") + RANK_PATH for u in urls])  # type: ignore[misc]
+            for m, urls in pools.items()}
+        #: Replicas that refused or dropped a connection, skipped until this perf_counter time.
+        self._down_until: dict[str, float] = {}
         self._session: aiohttp.ClientSession | None = None
         self._producer: Producer | None = None
         self._feed: TargetsFeed | None = None
@@ -178,17 +184,39 @@ class RankingClient:
             request = msgspec.structs.replace(
                 request, candidates=request.candidates[:request.base_count],
                 deadline_ms=max(left_ms, 1.0))
-        try:
-            return await self._call("baseline", request,
-                                    self.config.baseline_timeout_ms / 1000.0)
-        except _CallFailed as failed:
-            self.decider.bump("baseline_failed", failed.reason)
-            raise RankingError(failed.reason) from None
+        replicas = len(self.config.baseline_urls)
+        for attempt in range(1, replicas + 1):
+            try:
+                return await self._call("baseline", request,
+                                        self.config.baseline_timeout_ms / 1000.0)
+            except _CallFailed as failed:
+                if failed.reason in RETRY_ON_ANOTHER_REPLICA and attempt < replicas:
+                    # Scoring has no side effects: a replica that died (or is draining) with
+                    # the request in flight costs a retry on the next one, not the request.
+                    self.decider.bump("baseline_retry", failed.reason)
+                    continue
+                self.decider.bump("baseline_failed", failed.reason)
+                raise RankingError(failed.reason) from None
+        raise AssertionError("unreachable: baseline_urls is never empty")
+
+    def _next_url(self, model: Model) -> str:
+        """The next replica of a pool in turn, skipping ones that just failed to connect (while
+        another is left): a dead replica costs one failed call per `replica_down_s`."""
+        urls = self._urls[model]
+        url = next(urls)
+        if not self._down_until:
+            return url
+        now = time.perf_counter()
+        for _ in range(self._pool_size[model]):
+            if self._down_until.get(url, 0.0) <= now:
+                return url
+            url = next(urls)
+        return url
 
     async def _call(self, model: Model, request: RankRequest, timeout_s: float) -> RankResponse:
         """POST one request to the next URL of a pool; any failure feeds client-side shedding."""
         assert self._session is not None, "RankingClient.start() was not awaited"
-        url = next(self._urls[model])
+        url = self._next_url(model)
         try:
             async with self._session.post(
                     url, data=encode(request), headers={"content-type": "application/json"},
@@ -209,7 +237,11 @@ class RankingClient:
             self.decider.observe(None, self._clock(), error="bad_response")
             raise _CallFailed("bad_response") from None
         except aiohttp.ClientError as exc:
-            reason = "connection" if isinstance(exc, aiohttp.ClientConnectionError) else "client"
+            reason = ("disconnected" if isinstance(exc, aiohttp.ServerDisconnectedError)
+                      else "connection" if isinstance(exc, aiohttp.ClientConnectionError)
+                      else "client")
+            if reason != "client":
+                self._down_until[url] = time.perf_counter() + self.config.replica_down_s
             self.decider.observe(None, self._clock(), error=reason)
             raise _CallFailed(reason) from None
         self.decider.observe(response.server, self._clock())

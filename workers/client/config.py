@@ -39,6 +39,9 @@ class ClientConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     seed: int = 0
     #: Publish a RoutingOutcome per request to the outcomes topic.
     publish_outcomes: bool = True
+    #: A replica that refused a connection or dropped one mid-request is skipped this long
+    #: (while another replica of its pool is left).
+    replica_down_s: Annotated[float, Meta(ge=0.0, le=600.0)] = 1.0
     #: Connections per worker host.
     max_connections: Annotated[int, Meta(ge=1, le=10_000)] = 100
     #: Seconds `start()` waits to read the targets topic up to its end (then serves baseline only

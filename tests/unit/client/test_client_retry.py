@@ -1,0 +1,100 @@
+"""A baseline replica that is gone (refused, dropped the request mid-flight, or draining) costs
+a retry on the next replica, never the request; the retry is counted with its reason."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from tests.unit.client.contract_worker import Worker, serve
+from workers.api import RANK_PATH, Candidate
+from workers.client.client import RankingClient, RankingError
+from workers.client.config import ClientConfig
+
+CANDIDATES = [Candidate(id=i, sparse=[i], prior=i / 10) for i in range(5)]
+REFUSED = "http://127.0.0.1:9"
+
+
+async def _dropper() -> TestServer:
+    """A replica that dies with the request in flight: the connection closes, no response."""
+    async def drop(request: web.Request) -> web.Response:
+        await request.read()
+        assert request.transport is not None
+        request.transport.close()
+        await asyncio.sleep(1.0)
+        return web.Response(status=500)
+
+    app = web.Application()
+    app.router.add_post(RANK_PATH, drop)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    return server
+
+
+@pytest.fixture
+async def healthy() -> AsyncIterator[tuple[Worker, str]]:
+    worker = Worker("baseline")
+    server = await serve(worker)
+    yield worker, str(server.make_url("")).rstrip("/")
+    await server.close()
+
+
+async def _rank_all(urls: list[str], n: int) -> RankingClient:
+    client = RankingClient(ClientConfig(scope="eu1", baseline_urls=urls))
+    async with client:
+        for _ in range(n):
+            result = await client.rank(segment="s", value=1.0, candidates=CANDIDATES,
+                                       base_count=5)
+            assert result.response.scored == 5
+    return client
+
+
+async def test_refused_replica_is_skipped_for_the_next(healthy: tuple[Worker, str]) -> None:
+    worker, url = healthy
+    client = await _rank_all([REFUSED, url], 4)
+    decisions = client.summary()["decisions"]
+    assert len(worker.seen) == 4
+    assert decisions["baseline_retry"] == {"connection": 1}    # then skipped while down
+    assert "baseline_failed" not in decisions
+
+
+async def test_request_in_flight_on_a_dying_replica_is_retried(
+        healthy: tuple[Worker, str]) -> None:
+    worker, url = healthy
+    dropper = await _dropper()
+    try:
+        client = await _rank_all([str(dropper.make_url("")).rstrip("/"), url], 2)
+    finally:
+        await dropper.close()
+    assert client.summary()["decisions"]["baseline_retry"] == {"disconnected": 1}
+    assert len(worker.seen) == 2
+
+
+async def test_draining_replica_is_retried_but_a_model_failure_is_not(
+        healthy: tuple[Worker, str]) -> None:
+    _, url = healthy
+    draining, failing = Worker("baseline", status=503), Worker("baseline", status=500)
+    servers = [await serve(draining), await serve(failing)]
+    urls = [str(s.make_url("")).rstrip("/") for s in servers]
+    try:
+        client = await _rank_all([urls[0], url], 1)
+        assert client.summary()["decisions"]["baseline_retry"] == {"http_503": 1}
+        with pytest.raises(RankingError, match="http_500"):
+            await _rank_all([urls[1], url], 1)
+    finally:
+        for s in servers:
+            await s.close()
+
+
+async def test_every_replica_gone_loses_the_request_and_counts_it() -> None:
+    client = RankingClient(ClientConfig(scope="eu1", baseline_urls=[REFUSED, REFUSED]))
+    async with client:
+        with pytest.raises(RankingError, match="connection"):
+            await client.rank(segment="s", value=1.0, candidates=CANDIDATES, base_count=5)
+    decisions = client.summary()["decisions"]
+    assert decisions["baseline_retry"] == {"connection": 1}
+    assert decisions["baseline_failed"] == {"connection": 1}
