@@ -266,7 +266,8 @@ class Scenario(_Config, frozen=True, kw_only=True):
     step_ms: Annotated[int, Meta(ge=1, le=10_000)] = 100
     report_interval_s: Positive = 1.0
     seed: int = 1
-    start_ms: Annotated[int, Meta(ge=0)] = 1_700_000_000_000
+    start_ms: Annotated[int, Meta(ge=0)] = 1_700_006_400_000
+    """Event time of the start (default: midnight UTC, 2023-11-15)."""
     sla_window_s: Positive | None = None
     """Length of the windows the summary judges the SLA on (default: control period_s)."""
     control: ControlConfig = ControlConfig()

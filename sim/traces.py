@@ -25,6 +25,11 @@ from sim.scenario import ArrivalsConfig, CapacityConfig, ScenarioError, StormCon
 AZURE_ATTRIBUTION = "Azure LLM inference trace 2023, Microsoft Azure Public Dataset, CC BY 4.0"
 
 
+def _cos(x: np.ndarray) -> np.ndarray:
+    """Cosine through libm (numpy's SIMD cosine may differ in the last bit between CPUs)."""
+    return np.array([math.cos(v) for v in x.tolist()], dtype=np.float64)
+
+
 # -- CSV reading ----------------------------------------------------------------------------------
 
 def _rows(path: Path) -> tuple[list[str], list[list[str]]]:
@@ -77,8 +82,8 @@ def arrival_counts(cfg: ArrivalsConfig, steps: int, step_ms: int, base: Path,
         return rng.poisson(cfg.mean_rps * dt_s, size=steps).astype(np.int64)
     if cfg.kind == "diurnal":
         a = (cfg.peak_to_trough - 1.0) / (cfg.peak_to_trough + 1.0)
-        rate = cfg.mean_rps * (1.0 + a * np.cos(2 * math.pi * (t - cfg.peak_at_s)
-                                                 / cfg.period_s))
+        rate = cfg.mean_rps * (1.0 + a * _cos(2 * math.pi * (t - cfg.peak_at_s)
+                                              / cfg.period_s))
         return rng.poisson(rate * dt_s).astype(np.int64)
     if cfg.path is None:
         raise ScenarioError(f"arrivals of kind {cfg.kind!r} need a path")
@@ -155,7 +160,7 @@ def capacity_shape(cfg: CapacityConfig, steps: int, step_ms: int, base: Path, *,
         span = cfg.max_replicas - cfg.min_replicas
         # hold each level for a minute: a scheduler does not move capacity every step
         minute = np.floor(t / 60.0) * 60.0
-        phase = np.cos(2 * math.pi * (minute - cfg.peak_at_s) / cfg.period_s)
+        phase = _cos(2 * math.pi * (minute - cfg.peak_at_s) / cfg.period_s)
         return np.rint(cfg.min_replicas + span * (phase + 1.0) / 2.0).astype(np.int64)
     if cfg.path is None:
         raise ScenarioError("capacity of kind 'csv' needs a path")

@@ -369,7 +369,10 @@ class NormalBlock:
     def __call__(self) -> float:
         i = self._i
         if i >= len(self._values):
-            self._values = np.exp(self.rng.normal(0.0, self.sigma, self.block)).tolist()
+            # math.exp, not np.exp: numpy's SIMD exp may differ in the last bit between CPUs,
+            # and a simulation must give the same numbers everywhere
+            self._values = [math.exp(x) for x in
+                            self.rng.normal(0.0, self.sigma, self.block).tolist()]
             i = 0
         self._i = i + 1
         return self._values[i]

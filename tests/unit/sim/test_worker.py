@@ -1,0 +1,100 @@
+"""The simulated worker composes the real policies the way the live worker does."""
+
+from __future__ import annotations
+
+import itertools
+
+from schemas.contract import ControlTargets, PreemptionNotice, RmaTarget, SbmTarget
+from sim.scenario import CapacityConfig, PoolConfig
+from sim.worker import BASE, OPT, LatencyCurve, Request, SimWorker
+from workers.policy.admission import AdmissionConfig
+from workers.policy.targets import LocalLimits
+
+POOL = PoolConfig(model="baseline", tier="opportunistic", accelerator="l4", units_per_s=1000.0,
+                  latency_curve=((0.0, 20.0), (1.0, 120.0)), latency_sigma=0.0,
+                  capacity=CapacityConfig())
+
+
+def _worker(done: list, shed: list, admission: AdmissionConfig | None = None) -> SimWorker:
+    return SimWorker(POOL, "eu1", "eu1-w0", 2, admission=admission or AdmissionConfig(),
+                     limits=LocalLimits(),
+                     start_ms=0, noise=lambda: 1.0,
+                     on_done=lambda r, k, lat: done.append((r.rid, k, lat)),
+                     on_shed=lambda r, k, why, now: shed.append((r.rid, k, why, now)))
+
+
+def _targets(extra: int, epoch: int = 1, at: int = 0) -> ControlTargets:
+    return ControlTargets(scope="eu1", epoch=epoch, issued_at_ms=at, ttl_ms=60_000,
+                          rma=RmaTarget(extra_candidates=extra, budget_units_per_s=1e6),
+                          sbm=SbmTarget(coverage=0.0))
+
+
+_ids = itertools.count()
+
+
+def _request(now: int, base: int = 10, extra: int = 10) -> Request:
+    return Request(next(_ids), now, 0, 0.5, base, extra)
+
+
+def test_latency_curve_interpolates_and_is_flat_past_its_ends() -> None:
+    curve = LatencyCurve(((0.2, 10.0), (0.6, 30.0)))
+    assert (curve(0.0), curve(0.4), curve(0.9)) == (10.0, 20.0, 30.0)
+
+
+def test_without_targets_only_baseline_work_runs_and_the_rest_is_counted() -> None:
+    done: list = []
+    worker = _worker(done, [])
+    req = _request(0)
+    worker.submit_ranking(req, 0, 100.0)
+    assert [k for _, k, _ in done] == [BASE]
+    assert worker.admission.shed_units == {"stale_targets": 10}
+
+
+def test_targets_allow_extra_candidates_up_to_the_target() -> None:
+    done: list = []
+    worker = _worker(done, [])
+    worker.offer_targets(_targets(extra=4), 0)
+    worker.submit_ranking(_request(1, extra=10), 1, 100.0)
+    assert sorted(k for _, k, _ in done) == [BASE, OPT]
+    assert worker.admission.shed_units == {"over_target": 6}
+
+
+def test_below_saturation_latency_is_the_curve_and_nothing_waits() -> None:
+    done: list = []
+    worker = _worker(done, [])
+    worker.submit_ranking(_request(0, base=10, extra=0), 0, 100.0)
+    assert done[0][1] == BASE and 20.0 <= done[0][2] < 20.6   # utilisation ~0.005
+
+
+def test_past_saturation_baseline_queues_first_and_optional_is_shed() -> None:
+    done: list = []
+    shed: list = []
+    worker = _worker(done, shed)
+    worker.offer_targets(_targets(extra=1000), 0)
+    for _ in range(20):   # 20 x 1010 units into 2 units/ms: far past saturation
+        worker.submit_ranking(_request(0, base=10, extra=1000), 0, 1000.0)
+    worker.advance(10_000)
+    base_done = [lat for _, k, lat in done if k == BASE]
+    assert len(base_done) == 20                      # baseline is never refused
+    assert worker.admission.shed_units.get("overload", 0) > 0
+    assert max(base_done) > 20.0                     # and some of it waited
+
+
+def test_a_notice_stops_optional_work_at_once_and_keeps_baseline() -> None:
+    done: list = []
+    shed: list = []
+    worker = _worker(done, shed, AdmissionConfig(max_queue_delay_ms=60_000.0))
+    worker.offer_targets(_targets(extra=1000), 0)
+    for _ in range(5):
+        worker.submit_ranking(_request(0, base=10, extra=1000), 0, 10_000.0)
+    notice = PreemptionNotice(notice_id="n", ts_ms=3, region="eu1", pool_id=POOL.pool_id("eu1"),
+                              deadline_ms=1000)
+    assert worker.concerns(notice)
+    assert worker.preempt(notice, 5) == "applied"
+    assert worker.stopped_optional_ms == 5.0 and not worker.ready
+    assert shed and all(why == "preemption" and now == 5 for _, _, why, now in shed)
+    worker.submit_ranking(_request(6, base=10, extra=10), 6, 100.0)
+    assert worker.admission.shed_units["preemption"] >= 10
+    handed_back = worker.evict(1000)
+    assert worker.replicas == 0
+    assert all(isinstance(r, Request) for r in handed_back)
