@@ -7,9 +7,10 @@ dicts: the packages that own a Kafka client turn them into that client's objects
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from schemas.topics import DEFAULT_PREFIX
@@ -28,19 +29,44 @@ class KafkaSettings(BaseSettings):
     security_protocol: SecurityProtocol = "PLAINTEXT"
     sasl_mechanism: SaslMechanism | None = None
     sasl_username: str | None = None
-    sasl_password: str | None = None
+    #: A secret: never shown by repr() or in a validation error.
+    sasl_password: SecretStr | None = None
+    #: CA certificate(s) (PEM) that signed the brokers' certificates; default: the system's.
     ssl_cafile: str | None = None
+    #: Client certificate and key (PEM) for mutual TLS; given together.
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    ssl_keyfile_password: SecretStr | None = None
+    #: Check that a broker's certificate names the host connected to. Turn off only for a
+    #: cluster whose certificates lack the advertised host names.
+    ssl_check_hostname: bool = True
     client_id: str = "surplus"
+
+    @field_validator("ssl_cafile", "ssl_certfile", "ssl_keyfile")
+    @classmethod
+    def _readable(cls, path: str | None) -> str | None:
+        """A missing file is a config error now, not a TLS failure on the first connection."""
+        if path is not None and not Path(path).is_file():
+            raise ValueError(f"file {path} does not exist")
+        return path
 
     @model_validator(mode="after")
     def _check_security(self) -> KafkaSettings:
-        if self.security_protocol.startswith("SASL"):
+        protocol = self.security_protocol
+        if protocol.startswith("SASL"):
             for key in ("sasl_mechanism", "sasl_username", "sasl_password"):
                 if not getattr(self, key):
-                    raise ValueError(f"{key} is required when security_protocol is "
-                                     f"{self.security_protocol}")
+                    raise ValueError(f"{key} is required when security_protocol is {protocol}")
+        else:
+            for key in ("sasl_mechanism", "sasl_username", "sasl_password"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"{key} is set but security_protocol is {protocol} "
+                                     f"(SASL_SSL or SASL_PLAINTEXT use it)")
+        if not self.uses_ssl:
+            for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"{key} is set but security_protocol is {protocol} "
+                                     f"(SSL or SASL_SSL use it)")
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
             raise ValueError("ssl_certfile and ssl_keyfile must be given together (mTLS)")
         return self
@@ -54,15 +80,20 @@ class KafkaSettings(BaseSettings):
         config: dict[str, Any] = {"bootstrap.servers": self.bootstrap,
                                   "security.protocol": self.security_protocol,
                                   "client.id": self.client_id}
-        if self.sasl_mechanism:
+        if self.sasl_mechanism and self.sasl_password is not None:
             config.update({"sasl.mechanism": self.sasl_mechanism,
                            "sasl.username": self.sasl_username,
-                           "sasl.password": self.sasl_password})
+                           "sasl.password": self.sasl_password.get_secret_value()})
+        if self.uses_ssl:
+            config["ssl.endpoint.identification.algorithm"] = (
+                "https" if self.ssl_check_hostname else "none")
         if self.ssl_cafile:
             config["ssl.ca.location"] = self.ssl_cafile
         if self.ssl_certfile:
             config.update({"ssl.certificate.location": self.ssl_certfile,
                            "ssl.key.location": self.ssl_keyfile})
+        if self.ssl_keyfile_password is not None:
+            config["ssl.key.password"] = self.ssl_keyfile_password.get_secret_value()
         config.update(extra)
         return config
 

@@ -25,7 +25,8 @@ def broker_kwargs(kafka: KafkaSettings) -> dict[str, Any]:
     context = _ssl_context(kafka) if kafka.uses_ssl else None
     if kafka.sasl_mechanism:
         kwargs["broker_credentials"] = faust.SASLCredentials(
-            username=kafka.sasl_username, password=kafka.sasl_password,
+            username=kafka.sasl_username,
+            password=kafka.sasl_password.get_secret_value() if kafka.sasl_password else None,
             mechanism=kafka.sasl_mechanism, ssl_context=context)
     elif context is not None:
         kwargs["broker_credentials"] = faust.SSLCredentials(context)
@@ -33,9 +34,15 @@ def broker_kwargs(kafka: KafkaSettings) -> dict[str, Any]:
 
 
 def _ssl_context(kafka: KafkaSettings) -> ssl.SSLContext:
+    """The TLS context aiokafka uses, equivalent to what `KafkaSettings.confluent()` tells
+    librdkafka: the CA file (or the system's), the client certificate for mTLS, hostname check.
+    """
     context = ssl.create_default_context(cafile=kafka.ssl_cafile)
+    context.check_hostname = kafka.ssl_check_hostname
     if kafka.ssl_certfile and kafka.ssl_keyfile:
-        context.load_cert_chain(kafka.ssl_certfile, kafka.ssl_keyfile)
+        password = kafka.ssl_keyfile_password
+        context.load_cert_chain(kafka.ssl_certfile, kafka.ssl_keyfile,
+                                password=password.get_secret_value() if password else None)
     return context
 
 

@@ -21,6 +21,20 @@ def fail(reason: str) -> NoReturn:
     raise typer.Exit(1)
 
 
+def preflight(settings: KafkaSettings, timeout_s: float) -> None:
+    """Stop now, in one line, when the cluster refuses these settings (bad credentials or
+    TLS); only warn when it does not answer yet (it may come up after us)."""
+    from surplus.kafka_check import KafkaAccessError, check
+
+    try:
+        result = check(settings, timeout_s=timeout_s)
+    except KafkaAccessError as exc:
+        fail(str(exc))
+    if result.outcome == "unreachable":
+        typer.echo(f"warning: Kafka at {settings.bootstrap} did not answer within "
+                   f"{timeout_s:.0f}s; carrying on (it is retried in the background)", err=True)
+
+
 def kafka_settings(bootstrap: str | None = None, prefix: str | None = None) -> KafkaSettings:
     """Settings from the environment, overridden by flags; bad config names the key and exits."""
     overrides: dict[str, Any] = {k: v for k, v in {"bootstrap": bootstrap,

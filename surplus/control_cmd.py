@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings
+from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings, preflight
 
 
 def control_plane(
@@ -45,6 +45,7 @@ def control_plane(
         fail(f"bad control-plane setting {'.'.join(map(str, err['loc']))}: {err['msg']}")
     except (ConfigError, OSError) as exc:
         fail(f"bad control config {config}: {exc}")
+    preflight(kafka, timeout_s=15.0)
     import uvloop
     from faust import Worker
 

@@ -16,7 +16,8 @@ import socket
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,59 @@ class BrokerInfo:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True)
+class SecuredListeners:
+    """Extra listeners that make the local broker look like a secured production cluster.
+
+    ``ssl_port`` takes mutual TLS (the principal is the client certificate's CN);
+    ``sasl_ssl_port`` takes SCRAM-SHA-256, SCRAM-SHA-512 (``scram_users``, created at format
+    time) and PLAIN (``plain_users``). The PLAINTEXT port stays open on loopback as the
+    operator's (principal ANONYMOUS, a super user). With ``acls`` on, every other principal is
+    denied what no ACL allows. Key material is PEM: ``keystore`` holds the broker's private key
+    (PKCS#8, unencrypted) and certificate chain, ``truststore`` the CA certificates.
+    """
+
+    ssl_port: int
+    sasl_ssl_port: int
+    keystore: Path
+    truststore: Path
+    scram_users: Mapping[str, str] = field(default_factory=dict)
+    plain_users: Mapping[str, str] = field(default_factory=dict)
+    super_users: tuple[str, ...] = ("ANONYMOUS",)
+    acls: bool = True
+
+    def ports(self) -> tuple[int, int]:
+        return self.ssl_port, self.sasl_ssl_port
+
+    def properties(self, port: int, controller_port: int) -> str:
+        """The secured block appended to the broker's server.properties."""
+        for name, password in {**self.scram_users, **self.plain_users}.items():
+            if not _SAFE_CREDENTIAL.issuperset(name + password) or not name or not password:
+                raise BrokerError(f"user {name!r}: names and passwords of the local broker "
+                                  f"use letters, digits and -._ only")
+        plain = "".join(f' user_{n}="{p}"' for n, p in sorted(self.plain_users.items()))
+        authorizer = ("authorizer.class.name="
+                      "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+                      if self.acls else "")
+        template = (INFRA_DIR / "secured.properties.template").read_text()
+        return template.format(
+            port=port, controller_port=controller_port, ssl_port=self.ssl_port,
+            sasl_ssl_port=self.sasl_ssl_port, keystore=self.keystore.resolve(),
+            truststore=self.truststore.resolve(), plain_users=plain, authorizer=authorizer,
+            super_users=";".join(f"User:{u}" for u in self.super_users))
+
+    def format_args(self) -> list[str]:
+        """StorageTool arguments that create the SCRAM users in the KRaft metadata."""
+        args = []
+        for name, password in sorted(self.scram_users.items()):
+            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                args += ["--add-scram", f"{mechanism}=[name={name},password={password}]"]
+        return args
+
+
+_SAFE_CREDENTIAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._")
 
 
 def libs_dir() -> Path:
@@ -164,22 +218,26 @@ def status(data_dir: Path = DEFAULT_DATA) -> BrokerInfo | None:
     return BrokerInfo(pid=state[0], port=state[1], data_dir=data_dir)
 
 
-def _write_config(data_dir: Path, port: int, controller_port: int) -> Path:
+def _write_config(data_dir: Path, port: int, controller_port: int,
+                  secured: SecuredListeners | None = None) -> Path:
     template = (INFRA_DIR / "server.properties.template").read_text()
     config = template.format(port=port, controller_port=controller_port,
                              log_dir=data_dir / "logs")
+    if secured is not None:
+        config += "\n" + secured.properties(port, controller_port)
     path = data_dir / "server.properties"
     path.write_text(config)
     return path
 
 
-def _format_storage(java: str, config: Path, data_dir: Path) -> None:
+def _format_storage(java: str, config: Path, data_dir: Path,
+                    extra_args: list[str] | None = None) -> None:
     if (data_dir / "logs" / "meta.properties").exists():
         return
     cluster_id = uuid.uuid4().hex[:22]
     proc = subprocess.run(
         [java, "-cp", _classpath(), *_log_flags(), "kafka.tools.StorageTool", "format",
-         "-t", cluster_id, "-c", str(config), "--ignore-formatted"],
+         "-t", cluster_id, "-c", str(config), "--ignore-formatted", *(extra_args or [])],
         capture_output=True, text=True, check=False, timeout=120)
     if proc.returncode != 0:
         lines = (proc.stdout + proc.stderr).strip().splitlines() or ["no output"]
@@ -191,8 +249,13 @@ def _log_flags() -> list[str]:
 
 
 def up(port: int = DEFAULT_PORT, data_dir: Path = DEFAULT_DATA,
-       heap_mb: int = 512, timeout_s: float = START_TIMEOUT_S) -> tuple[BrokerInfo, bool]:
-    """Start the broker in the background; returns (info, started) — started=False if it ran."""
+       heap_mb: int = 512, timeout_s: float = START_TIMEOUT_S,
+       secured: SecuredListeners | None = None) -> tuple[BrokerInfo, bool]:
+    """Start the broker in the background; returns (info, started) — started=False if it ran.
+
+    With ``secured``, it also listens with TLS and SASL (see `SecuredListeners`); ``port``
+    stays the PLAINTEXT operator listener, which readiness is checked on.
+    """
     data_dir = data_dir.resolve()
     running = status(data_dir)
     if running is not None:
@@ -200,12 +263,12 @@ def up(port: int = DEFAULT_PORT, data_dir: Path = DEFAULT_DATA,
     java = java_binary()
     _classpath()
     controller_port = port + 1
-    for p in (port, controller_port):
+    for p in (port, controller_port, *(secured.ports() if secured else ())):
         if not _port_free(p):
             raise BrokerError(f"port {p} on 127.0.0.1 is already in use")
     data_dir.mkdir(parents=True, exist_ok=True)
-    config = _write_config(data_dir, port, controller_port)
-    _format_storage(java, config, data_dir)
+    config = _write_config(data_dir, port, controller_port, secured)
+    _format_storage(java, config, data_dir, secured.format_args() if secured else None)
     log = (data_dir / "broker.log").open("ab")
     started = time.monotonic()
     proc = subprocess.Popen(

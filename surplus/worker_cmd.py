@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from surplus.cli_common import Bootstrap, Prefix, fail
+from surplus.cli_common import Bootstrap, Prefix, fail, preflight
 
 
 def worker(
@@ -56,6 +56,9 @@ def worker(
         settings = _kafka_switch(settings, bootstrap, prefix, kafka)
     except ConfigError as exc:
         fail(str(exc))
+    kafka_block = settings.kafka_settings()
+    if kafka_block is not None:
+        preflight(kafka_block, timeout_s=5.0)
 
     def ready(w: Any, bound_port: int) -> None:
         typer.echo(f"worker {w.config.worker_id} ready on http://{w.config.host}:{bound_port} "

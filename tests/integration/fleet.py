@@ -1,0 +1,157 @@
+"""Real `surplus worker` and `surplus control-plane` processes for fault, hostile-input and
+security tests: config files, start, readiness, /metrics scraping, capacity grants.
+
+Kafka settings reach the processes the way an operator's would: `--bootstrap/--prefix` flags
+or `SURPLUS_KAFKA_*` environment variables (`kafka_env`), so the secured-cluster test runs
+exactly the code path a deployment next to an existing cluster runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from schemas.contract import CapacityEvent
+from schemas.kafka_config import KafkaSettings
+from surplus import localkafka
+from tests.integration.harness import Proc, publish
+
+REGION = "eu1"
+BASE_POOL = f"{REGION}/rank/baseline/a100/baseline"
+POWERFUL_POOL = f"{REGION}/rank/powerful/a100/opportunistic"
+#: Opportunistic capacity for RMA: extra candidates on the baseline model's replicas.
+RMA_POOL = f"{REGION}/rank/baseline/a100/opportunistic"
+
+TINY_MODEL = """
+[model]
+device = "cpu"
+threads = 1
+[model.config]
+num_dense = 4
+num_sparse = 3
+rows_per_table = 64
+embedding_dim = 4
+bottom_mlp = [8]
+top_mlp = [8]
+deep_mlp = [16]
+cross_layers = 1
+"""
+NUM_DENSE, NUM_SPARSE = 4, 3
+
+
+def kafka_env(kafka: KafkaSettings) -> dict[str, str]:
+    """`SURPLUS_KAFKA_*` variables that reproduce `kafka` in a child process."""
+    env: dict[str, str] = {}
+    for key, value in kafka.model_dump().items():
+        if value is None:
+            continue
+        if hasattr(value, "get_secret_value"):
+            value = value.get_secret_value()
+        env[f"SURPLUS_KAFKA_{key.upper()}"] = (str(value).lower() if isinstance(value, bool)
+                                               else str(value))
+    return env
+
+
+def control_toml(tmp_path: Path, name: str = "control", period_s: float = 1.0,
+                 ttl_s: float = 6.0, min_samples: int = 10, extra: str = "") -> Path:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(f"period_s = {period_s}\nttl_s = {ttl_s}\nmin_samples = {min_samples}\n"
+                    + extra)
+    return path
+
+
+class WorkerProc(Proc):
+    """One `surplus worker` on a known loopback port."""
+
+    def __init__(self, tmp_path: Path, name: str, *, tier: str = "baseline",
+                 model: str = "baseline", kafka: KafkaSettings | None = None,
+                 env: dict[str, str] | None = None, report_interval_s: float = 0.5,
+                 max_wait_ms: float = 2.0, extra_toml: str = "",
+                 args: list[str] | None = None) -> None:
+        self.name = name
+        self.port = localkafka.free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = tmp_path / f"{name}.toml"
+        config.write_text(f'worker_id = "{name}"\nregion = "{REGION}"\naccelerator = "a100"\n'
+                          f"report_interval_s = {report_interval_s}\nreadiness_timeout_s = 20.0\n"
+                          f"{extra_toml}\n{TINY_MODEL}\n[batching]\nmax_wait_ms = {max_wait_ms}\n")
+        flags = ["worker", "--config", str(config), "--port", str(self.port), "--tier", tier,
+                 "--model", model, "--loglevel", "warning"]
+        if kafka is not None:
+            flags += ["--bootstrap", kafka.bootstrap, "--prefix", kafka.prefix]
+        super().__init__(flags + (args or []), tmp_path / f"{name}.log", env=env)
+
+    def get(self, path: str, timeout_s: float = 2.0) -> tuple[int, dict[str, Any] | str]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=timeout_s) as resp:
+                status, raw = resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            status, raw = exc.code, exc.read().decode()
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, raw
+
+    def wait_ready(self, timeout_s: float = 60.0) -> float:
+        """Seconds until /readyz says ready (the model serves, targets were read)."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout_s:
+            assert self.alive(), f"worker {self.name} died:\n{self.output()[-3000:]}"
+            try:
+                if self.get("/readyz", timeout_s=1.0)[0] == 200:
+                    return time.monotonic() - started
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"worker {self.name} not ready in {timeout_s}s:\n"
+                             f"{self.output()[-3000:]}")
+
+    def metrics(self) -> dict[str, float]:
+        """Every sample of /metrics as `name{label="v",...}` -> value."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        out: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+        return out
+
+
+class ControlProc(Proc):
+    """One `surplus control-plane` process (a Faust worker) of consumer group `app_id`."""
+
+    def __init__(self, tmp_path: Path, name: str, kafka: KafkaSettings, *, app_id: str,
+                 config: Path, env: dict[str, str] | None = None, partitions: int = 2,
+                 flags: bool = True, args: list[str] | None = None) -> None:
+        self.name = name
+        cmd = ["control-plane", "--config", str(config), "--app-id", app_id,
+               "--partitions", str(partitions), "--data-dir", str(tmp_path / "state" / name),
+               "--loglevel", "warning"]
+        if flags:
+            cmd += ["--bootstrap", kafka.bootstrap, "--prefix", kafka.prefix]
+        super().__init__(cmd + (args or []), tmp_path / f"{name}.log", env=env)
+
+
+def grant(kafka: KafkaSettings, pool_id: str, units: float = 8.0, cpu: float = 64.0,
+          event_id: str | None = None) -> None:
+    """The scheduler's grant of opportunistic capacity to `pool_id` for ten minutes."""
+    now = int(time.time() * 1000)
+    publish(kafka, "capacity", [(REGION, CapacityEvent(
+        event_id=event_id or f"grant-{pool_id}-{now}", ts_ms=now, region=REGION,
+        pool_id=pool_id, kind="grant", accelerator="a100", accelerator_units=units,
+        cpu_units=cpu, expires_at_ms=now + 600_000))])
+
+
+def metric(samples: dict[str, float], name: str, **labels: str) -> float:
+    """One sample's value (0 when absent: a counter not incremented yet)."""
+    key = name
+    if labels:
+        key += "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+    return samples.get(key, 0.0)
