@@ -1,0 +1,106 @@
+"""The live capacity scheduler: sends a schedule's grants, renewals, revokes and preemption
+notices to Kafka at their time, stamped when they really leave.
+
+It stands in for the cluster scheduler that lends idle capacity to Surplus. Each message is
+flushed as it is sent (a few a second at most), so a notice's ``ts_ms`` is within a
+millisecond or two of the moment it was on its way: workers measure their reaction from it.
+On stop, every pool still lent is revoked, so the run ends with no capacity on the books.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from confluent_kafka import Producer
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from schemas.codec import encode
+from schemas.kafka_config import KafkaSettings
+from surplus.demo.schedule import Action, closing_actions
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class SchedulerStats:
+    sent: dict[str, int] = field(default_factory=dict)
+    failed: int = 0
+    first_error: str | None = None
+
+
+class SchedulerMetrics:
+    """What Prometheus/Grafana plot as 'opportunistic capacity': units lent per pool."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.lent = Gauge("surplus_scheduler_lent_units", "Accelerator units lent, by pool",
+                          ["pool"], registry=self.registry)
+        self.messages = Counter("surplus_scheduler_messages", "Messages sent, by kind",
+                                ["kind"], registry=self.registry)
+
+    def sent(self, action: Action) -> None:
+        self.messages.labels(action.kind).inc()
+        if action.kind == "grant":
+            self.lent.labels(action.pool_id).set(action.replicas)
+        elif action.kind == "revoke" or (action.kind == "notice" and not action.named):
+            self.lent.labels(action.pool_id).set(0)
+
+
+class Scheduler:
+    """Sends ``actions`` relative to ``start_ms`` until they run out or ``stop`` is set."""
+
+    def __init__(self, actions: list[Action], kafka: KafkaSettings, start_ms: int, *,
+                 say: Callable[[str], None] = print, metrics_port: int = 0) -> None:
+        self.actions = actions
+        self.kafka = kafka
+        self.start_ms = start_ms
+        self.say = say
+        self.stats = SchedulerStats()
+        self.metrics = SchedulerMetrics()
+        if metrics_port:
+            start_http_server(metrics_port, registry=self.metrics.registry)
+        self._producer = Producer(kafka.producer(**{"client.id": "surplus-scheduler",
+                                                    "linger.ms": 0}))
+        self._seq = 0
+
+    def run(self, stop: threading.Event, end_ms: int | None = None) -> SchedulerStats:
+        """Send each action at its time; at the end (or on stop) revoke what is still lent."""
+        sent_until = 0
+        for action in self.actions:
+            if end_ms is not None and action.at_ms >= end_ms:
+                break
+            wait_s = (self.start_ms + action.at_ms - wall_ms()) / 1000.0
+            if wait_s > 0 and stop.wait(wait_s):
+                break
+            self._send(action)
+            sent_until = action.at_ms
+        else:
+            if end_ms is not None:
+                stop.wait(max(0.0, (self.start_ms + end_ms - wall_ms()) / 1000.0))
+        for action in closing_actions(self.actions, sent_until):
+            self._send(action)
+        self.stats.failed += self._producer.flush(10)
+        return self.stats
+
+    def _send(self, action: Action) -> None:
+        self._seq += 1
+        now = wall_ms()
+        event = action.event(now, self._seq)
+        self._producer.produce(self.kafka.topic(action.topic), key=action.region,
+                               value=encode(event), on_delivery=self._delivered)
+        self._producer.flush(5.0)
+        self.stats.sent[action.kind] = self.stats.sent.get(action.kind, 0) + 1
+        self.metrics.sent(action)
+        self.say(f"t={(now - self.start_ms) / 1000:7.2f}s {action.kind:6} {action.pool_id} "
+                 f"replicas={action.replicas}"
+                 + (f" notice={action.notice_ms}ms" if action.kind == "notice" else ""))
+
+    def _delivered(self, err: object, _msg: object) -> None:
+        if err is not None:
+            self.stats.failed += 1
+            self.stats.first_error = self.stats.first_error or str(err)

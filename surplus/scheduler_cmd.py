@@ -1,0 +1,60 @@
+"""`surplus scheduler`: lend and reclaim opportunistic capacity on a scenario's timeline."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Annotated
+
+import typer
+
+from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings
+
+
+def scheduler(
+    scenario: Annotated[str, typer.Option(
+        help="Scenario TOML, or the name of one in sim/scenarios.")] = "demo",
+    duration: Annotated[float | None, typer.Option(
+        help="Stretch the scenario's timeline to this many seconds (default: as written).")]
+    = None,
+    start_at_ms: Annotated[int | None, typer.Option(
+        help="Wall-clock ms the timeline starts at (default: now).")] = None,
+    metrics_port: Annotated[int, typer.Option(help="Prometheus port (0 = off).")] = 0,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Print the schedule and exit; nothing is sent.")] = False,
+    bootstrap: Bootstrap = None,
+    prefix: Prefix = None,
+) -> None:
+    """Send CapacityEvent grants, renewals and revokes and PreemptionNotices (storms included)
+    from a scenario, in real time, until its end or SIGTERM / Ctrl-C; then revoke what is lent."""
+    from sim.scenario import ScenarioError
+    from surplus.demo import plan, schedule
+    from surplus.demo.scheduler import Scheduler, wall_ms
+
+    try:
+        scn, base = plan.load(scenario, duration)
+        actions = schedule.build(scn, base)
+    except ScenarioError as exc:
+        fail(str(exc))
+    if dry_run:
+        for a in actions:
+            typer.echo(f"{a.at_ms / 1000:8.2f}s {a.kind:6} {a.pool_id} replicas={a.replicas}")
+        return
+    settings = kafka_settings(bootstrap, prefix)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    start = start_at_ms if start_at_ms is not None else wall_ms()
+    typer.echo(f"scheduler: {len(actions)} actions over {scn.duration_s:.0f}s for "
+               f"{', '.join(r.name for r in scn.regions)} on {settings.bootstrap}")
+    try:
+        runner = Scheduler(actions, settings, start,
+                           say=lambda line: typer.echo(line), metrics_port=metrics_port)
+    except OSError as exc:
+        fail(f"cannot serve metrics on port {metrics_port}: {exc}")
+    stats = runner.run(stop, end_ms=scn.duration_ms)
+    sent = ", ".join(f"{k} {v}" for k, v in sorted(stats.sent.items()))
+    typer.echo(f"scheduler stopped after {(wall_ms() - start) / 1000:.1f}s: sent {sent or 'none'}"
+               f", {stats.failed} undelivered")
+    if stats.failed:
+        fail(f"{stats.failed} messages not delivered: {stats.first_error}")
