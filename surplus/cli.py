@@ -14,8 +14,11 @@ import typer
 from surplus import localkafka
 from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings
 from surplus.control_cmd import control_plane
+from surplus.demo_cmd import demo
+from surplus.loadgen_cmd import loadgen
 from surplus.record_cmd import record
 from surplus.replay_cmd import replay
+from surplus.scheduler_cmd import scheduler
 from surplus.simulate_cmd import simulate
 from surplus.worker_cmd import worker
 
@@ -29,6 +32,9 @@ app.command("control-plane")(control_plane)
 app.command("worker")(worker)
 app.command("record")(record)
 app.command("replay")(replay)
+app.command("scheduler")(scheduler)
+app.command("loadgen")(loadgen)
+app.command("demo")(demo)
 app.command("simulate")(simulate)
 
 DataDir = Annotated[Path, typer.Option("--data-dir", help="Broker state and logs.")]

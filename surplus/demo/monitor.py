@@ -1,0 +1,133 @@
+"""What the terminal shows while a run goes: read from the topics and the load generator.
+
+A background consumer follows telemetry and targets (a few messages a second) and keeps only
+what the progress line needs: the ranking pools' recent p99 (sketches merged over the last
+control period), the targets in force, and worker-side optional work done and shed. The load
+generator's per-second line adds the request rate, failures and client-side cuts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+from schemas.codec import ContractError, decode
+from schemas.contract import ControlTargets, LatencySketch, WindowReport
+from schemas.kafka_config import KafkaSettings
+from schemas.sketch import SketchMerger, SketchMismatch
+
+
+@dataclass
+class Seen:
+    """Totals and recent values, updated by the consumer thread."""
+
+    targets: ControlTargets | None = None
+    optional_done: int = 0
+    shed: dict[str, int] = field(default_factory=dict)
+    baseline_rejected: int = 0
+    recent: deque[tuple[int, str, LatencySketch]] = field(
+        default_factory=lambda: deque(maxlen=256))
+
+
+class Monitor:
+    """Follows telemetry and targets from now on, on a daemon thread."""
+
+    def __init__(self, kafka: KafkaSettings, window_ms: int) -> None:
+        self.kafka = kafka
+        self.window_ms = window_ms
+        self.seen = Seen()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="demo-monitor", daemon=True)
+        self.error: str | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5.0)
+
+    def _run(self) -> None:
+        consumer = Consumer(self.kafka.confluent(**{
+            "group.id": "surplus-demo-monitor", "enable.auto.commit": False,
+            "client.id": "surplus-demo-monitor"}))
+        names = {self.kafka.topic(t): t for t in ("telemetry", "targets")}
+        try:
+            parts = []
+            for name in names:
+                meta = consumer.list_topics(name, timeout=10).topics[name]
+                parts += [TopicPartition(name, p, OFFSET_END) for p in meta.partitions]
+            consumer.assign(parts)
+            while not self._stop.is_set():
+                for msg in consumer.consume(500, timeout=0.2):
+                    topic, value = msg.topic(), msg.value()
+                    if msg.error() is None and topic in names and value is not None:
+                        self._take(names[topic], value)
+        except Exception as exc:  # the display is best effort; the run goes on without it
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            with contextlib.suppress(Exception):
+                consumer.close()
+
+    def _take(self, logical: str, value: bytes) -> None:
+        try:
+            if logical == "targets":
+                targets = decode(ControlTargets, value)
+                with self._lock:
+                    if self.seen.targets is None or targets.epoch > self.seen.targets.epoch:
+                        self.seen.targets = targets
+                return
+            report = decode(WindowReport, value)
+        except ContractError:
+            return
+        with self._lock:
+            s = self.seen
+            s.optional_done += report.optional_units_done
+            s.baseline_rejected += report.baseline_rejected
+            for reason, n in report.optional_units_shed.items():
+                s.shed[reason] = s.shed.get(reason, 0) + n
+            if report.model == "baseline":
+                s.recent.append((report.window_end_ms, report.pool_id, report.latency_ms))
+
+    def ranking_p99(self, now_ms: int) -> float | None:
+        """Worst ranking pool's p99 over the last window (the control plane's measure)."""
+        with self._lock:
+            recent = [r for r in self.seen.recent if r[0] > now_ms - self.window_ms]
+        by_pool: dict[str, SketchMerger] = {}
+        for _, pool, sketch in recent:
+            merger = by_pool.setdefault(pool, SketchMerger(sketch.relative_accuracy))
+            with contextlib.suppress(SketchMismatch):
+                merger.add(sketch)
+        p99s = [m.quantile(0.99) for m in by_pool.values() if m.count]
+        return max(p99s) if p99s else None
+
+    def snapshot(self) -> tuple[ControlTargets | None, int, dict[str, int], int]:
+        with self._lock:
+            s = self.seen
+            return s.targets, s.optional_done, dict(s.shed), s.baseline_rejected
+
+
+def last_line(path: Path) -> dict[str, Any] | None:
+    """The load generator's latest per-second line, if any."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 4096))
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    for raw in reversed(lines):
+        with contextlib.suppress(ValueError):
+            line = json.loads(raw)
+            if isinstance(line, dict):
+                return line
+    return None

@@ -1,0 +1,381 @@
+"""A run directory -> ``summary.json``, four PNG plots and ``report.html``.
+
+Reads only files the run left behind (``run.json``, the event log, the load generator's files,
+the workers' metrics scraped at the end), so ``surplus demo --report DIR`` rebuilds the same
+report later. The numbers of record are in ``summary.json``; plots are for people.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streams.replay_report import html_page
+from surplus.demo import analysis
+from surplus.demo.analysis import Recorded, Requests, RunInfo, Series
+
+EVENT_LOG = "events.jsonl.zst"
+ATTRIBUTION = "Arrivals: Azure LLM inference trace 2023, Microsoft Azure Public Dataset, CC BY 4.0."
+
+
+def build(out: Path) -> dict[str, Any]:
+    """Write summary.json, the plots and report.html into ``out``; return the summary."""
+    info = RunInfo.read(out / "run.json")
+    log = out / EVENT_LOG
+    recorded = analysis.read_log(log, info) if log.is_file() else None
+    requests = (analysis.read_requests(out / "loadgen" / "requests.csv")
+                if (out / "loadgen" / "requests.csv").is_file() else None)
+    loadgen = _json(out / "loadgen" / "loadgen.json")
+    metrics = _json(out / "worker_metrics.json") or {}
+    summary = summarize(info, recorded, requests, loadgen, metrics)
+    summary["event_log"] = EVENT_LOG if log.is_file() else None
+    summary["replay"] = (f"surplus replay {out / EVENT_LOG} --offline --config "
+                         f"{out / 'control.toml'} --out {out / 'replay'}")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
+    images = plots(out, info, recorded, requests)
+    page(out, info, summary, images)
+    return summary
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# -- numbers ------------------------------------------------------------------------------------
+
+def summarize(info: RunInfo, rec: Recorded | None, req: Requests | None,
+              loadgen: dict[str, Any] | None, metrics: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "scenario": info.scenario, "region": info.region, "duration_s": info.duration_s,
+        "load_seconds": round((info.end_ms - info.start_ms) / 1000.0, 3),
+        "interrupted": info.interrupted, "kafka": info.kafka,
+        "sla_p99_ms": info.sla_p99_ms, "sla_window_s": info.period_ms / 1000.0,
+        "phases": [{"name": n, "start_s": round(a, 3), "end_s": round(b, 3)}
+                   for n, a, b in info.phases]}
+    out.update(_baseline(info, rec, req))
+    out.update(_optional(info, rec, loadgen))
+    out.update(_levers(info, rec, loadgen))
+    buckets = analysis.reaction_buckets(metrics)
+    p99 = analysis.histogram_quantile(0.99, buckets)
+    out["notice_to_shed_p99_ms"] = None if p99 is None else round(p99 * 1000.0, 3)
+    out["notice_to_shed_reactions"] = int(buckets[-1][1]) if buckets else 0
+    out["notice_to_shed_method"] = (
+        "PreemptionNotice ts_ms to optional work stopped, summed over the workers' "
+        "surplus_worker_preemption_reaction_seconds histograms, p99 interpolated in its bucket")
+    if rec is not None:
+        out["events_recorded"] = rec.events
+        out["event_log_bad_lines"] = rec.bad_lines
+    out["attribution"] = ATTRIBUTION
+    return out
+
+
+def _baseline(info: RunInfo, rec: Recorded | None, req: Requests | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if req is not None:
+        out["baseline_requests_total"] = int(req.ok.size)
+        out["baseline_requests_failed"] = int((~req.ok).sum())
+        out["baseline_failure_reasons"] = req.errors
+        served = req.latency_ms[req.ok]
+        out["client_latency_p50_ms"] = _round(np.percentile(served, 50) if served.size else None)
+        out["client_latency_p99_ms"] = _round(np.percentile(served, 99) if served.size else None)
+        _, cy = analysis.client_windows(req, info)
+        out["client_ranking_p99_windows_over_sla"] = sum(1 for y in cy if y > info.sla_p99_ms)
+    if rec is not None:
+        windows = analysis.ranking_windows(rec.telemetry, info)
+        judged = [w for w in windows if w.judged]
+        out["baseline_sla_violation_windows"] = sum(w.violated for w in judged)
+        out["baseline_windows_judged"] = len(judged)
+        out["baseline_windows_total"] = len(windows)
+        out["baseline_p99_ms_worst_window"] = _round(max((w.p99_ms or 0.0 for w in judged),
+                                                         default=None))
+        out["baseline_p99_ms_median_window"] = _round(
+            float(np.median([w.p99_ms for w in judged])) if judged else None)
+        out["baseline_rejected_by_workers"] = rec.telemetry.rejected
+    return out
+
+
+def _optional(info: RunInfo, rec: Recorded | None,
+              loadgen: dict[str, Any] | None) -> dict[str, Any]:
+    shed: dict[str, int] = {}
+    done: dict[str, int] = {}
+    if rec is not None:
+        done = {k: int(v) for k, v in sorted(rec.telemetry.done.items())}
+        shed = {f"worker/{k}": int(v) for k, v in sorted(rec.telemetry.shed.items())}
+    if loadgen is not None:
+        cuts = loadgen.get("client_cuts", {})
+        for key in ("rma_shed/overload", "rma_shed/budget"):
+            if cuts.get(key):
+                shed[f"client/{key}"] = int(cuts[key])
+        if cuts.get("sbm_shed/overload"):
+            shed["client/sbm_shed/overload"] = int(cuts["sbm_shed/overload"]) * \
+                info.base_candidates
+    out: dict[str, Any] = {
+        "optional_units_done": sum(done.values()), "optional_units_done_by_lever": done,
+        "optional_units_shed": sum(shed.values()), "optional_units_shed_by_reason": shed}
+    if loadgen is not None:
+        fate = loadgen.get("optional_fate", {})
+        out["extra_candidates_offered"] = loadgen.get("extra_offered")
+        out["extra_candidates_fate"] = fate
+        out["extra_candidates_not_targeted"] = sum(
+            v for k, v in fate.items() if k.startswith("untargeted/"))
+    return out
+
+
+def _levers(info: RunInfo, rec: Recorded | None,
+            loadgen: dict[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if loadgen is not None:
+        out["incremental_value"] = loadgen.get("incremental_value")
+        out["incremental_value_by_lever"] = loadgen.get("incremental_value_by_lever")
+        out["requests_served_by_powerful_model"] = loadgen.get("served_powerful")
+        out["powerful_fallbacks"] = loadgen.get("fell_back")
+        requests = max(1, int(loadgen.get("requests", 0)))
+        out["extra_candidates_sent_mean"] = round(loadgen.get("extra_sent", 0) / requests, 3)
+    if rec is not None:
+        series = analysis.targets_series(rec.targets, info)
+        end = (info.end_ms - info.start_ms) / 1000.0
+        out["coverage_mean"] = round(analysis.time_weighted_mean(series["coverage"], 0.0, end), 4)
+        out["extra_candidates_mean"] = round(
+            analysis.time_weighted_mean(series["extra_candidates"], 0.0, end), 3)
+        out["targets_published"] = len(rec.targets)
+        out["targets_by_reason"] = _count(t.reason for t in rec.targets)
+        out["preemption_notices"] = len(rec.notices)
+        lent = analysis.lent_series(rec.capacity, info)
+        out["opportunistic_units_mean"] = round(analysis.time_weighted_mean(lent, 0.0, end), 3)
+    return out
+
+
+def _count(items: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item] = counts.get(item, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _round(value: Any, digits: int = 3) -> float | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return round(float(value), digits)
+
+
+# -- plots --------------------------------------------------------------------------------------
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _storms(ax: Any, info: RunInfo, label: bool = True) -> None:
+    for i, (a, b) in enumerate(info.storms):
+        ax.axvspan(a, b, color="orange", alpha=0.15,
+                   label="preemption storm" if label and i == 0 else None)
+
+
+def _save(fig: Any, path: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Software": None})
+    _pyplot().close(fig)
+    return path.name
+
+
+def plots(out: Path, info: RunInfo, rec: Recorded | None, req: Requests | None) -> list[str]:
+    images: list[str] = []
+    if rec is None:
+        return images
+    images.append(latency_plot(out / "latency.png", info, rec, req))
+    images.append(targets_plot(out / "targets.png", info, rec))
+    images.append(capacity_plot(out / "capacity.png", info, rec))
+    images.append(shedding_plot(out / "shedding.png", info, rec,
+                                read_lines(out / "loadgen" / "loadgen.jsonl")))
+    return images
+
+
+def latency_plot(path: Path, info: RunInfo, rec: Recorded, req: Requests | None) -> str:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 3.6), dpi=100)
+    windows = [w for w in analysis.ranking_windows(rec.telemetry, info) if w.judged]
+    ax.plot([w.start_s for w in windows], [w.p99_ms for w in windows], drawstyle="steps-post",
+            label="ranking pools p99 (worker, worst pool)", color="tab:blue")
+    if req is not None:
+        cx, cy = analysis.client_windows(req, info)
+        ax.plot(cx, cy, drawstyle="steps-post", label="ranking requests p99 (client, end to end)",
+                color="tab:green", alpha=0.7)
+    px, py = analysis.powerful_p99(rec.telemetry, info)
+    if px:
+        ax.plot(px, py, drawstyle="steps-post", label="powerful pool p99 (worker)",
+                color="tab:purple", alpha=0.6)
+    ax.axhline(info.sla_p99_ms, color="crimson", linestyle="--", label="ranking SLA (p99)")
+    _storms(ax, info)
+    ax.set(title=f"Latency vs SLA ({info.period_ms / 1000:g} s windows)", xlabel="time (s)",
+           ylabel="p99 latency (ms)")
+    ax.set_xlim(0, info.duration_s)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+    return _save(fig, path)
+
+
+def targets_plot(path: Path, info: RunInfo, rec: Recorded) -> str:
+    plt = _pyplot()
+    series = analysis.targets_series(rec.targets, info)
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(10, 4.4), dpi=100, sharex=True)
+    _step(a1, series["extra_candidates"], "RMA extra candidates / request", "tab:blue")
+    _step(a2, series["coverage"], "SBM coverage", "tab:purple")
+    for ax in (a1, a2):
+        _storms(ax, info, label=ax is a1)
+        for t in rec.notices:
+            ax.axvline((t - info.start_ms) / 1000.0, color="crimson", linewidth=0.8,
+                       label="preemption notice" if ax is a1 and t == rec.notices[0] else None)
+        ax.grid(True, alpha=0.3)
+        ax.set_ylim(bottom=0)
+        ax.legend(loc="upper left", fontsize=8)
+    a1.set(title="Targets over time (ControlTargets on the targets topic)",
+           ylabel="candidates")
+    a2.set(xlabel="time (s)", ylabel="share of requests")
+    a2.set_xlim(0, info.duration_s)
+    return _save(fig, path)
+
+
+def _step(ax: Any, series: Series, label: str, color: str) -> None:
+    xs, ys = series
+    ax.plot(xs, ys, drawstyle="steps-post", label=label, color=color)
+
+
+def capacity_plot(path: Path, info: RunInfo, rec: Recorded) -> str:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 3.6), dpi=100)
+    _step(ax, analysis.lent_series(rec.capacity, info), "lent by the scheduler (units)",
+          "tab:orange")
+    ux, uy = analysis.per_second(rec.telemetry, "used_units", info)
+    ax.plot(ux, uy, label="busy share of the opportunistic replicas (measured)",
+            color="tab:blue", linewidth=1)
+    _, rma = analysis.per_second(rec.telemetry, "done_rma", info)
+    _, sbm = analysis.per_second(rec.telemetry, "powerful_requests", info)
+    cost = [r / info.rma_candidates_per_unit_s + p / info.powerful_rps_per_unit
+            for r, p in zip(rma, sbm, strict=True)]
+    ax.plot(ux, cost, label="optional work done, in units (the control plane's cost model)",
+            color="tab:green", linewidth=1)
+    _storms(ax, info, label=False)
+    ax.set(title="Opportunistic capacity: lent vs used", xlabel="time (s)",
+           ylabel="accelerator units")
+    ax.set_xlim(0, info.duration_s)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+    return _save(fig, path)
+
+
+def shedding_plot(path: Path, info: RunInfo, rec: Recorded, lines: list[dict[str, Any]]) -> str:
+    """What became of the optional work on offer, per second, around the first storm: done,
+    shed by workers, cut by the client, or not asked for by the targets (and why)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 4.0), dpi=100)
+    lo, hi = 0.0, info.duration_s
+    if info.storms:
+        a, b = info.storms[0]
+        lo, hi = max(0.0, a - 20.0), min(info.duration_s, b + 20.0)
+    xs = [float(line["t_s"]) - 1.0 for line in lines]
+    keys = sorted({k for line in lines for k in line.get("optional", {})}, key=_fate_order)
+    stacks = [[float(line.get("optional", {}).get(k, 0)) for line in lines] for k in keys]
+    if xs and keys:
+        colors = [_fate_color(k) for k in keys]
+        ax.stackplot(xs, stacks, labels=[_fate_label(k) for k in keys], colors=colors,
+                     step="post", alpha=0.85)
+    reasons = analysis.shed_reasons(rec.telemetry)
+    if reasons:
+        wx = analysis.per_second(rec.telemetry, reasons[0], info)[0]
+        wy = np.sum([analysis.per_second(rec.telemetry, r, info)[1] for r in reasons], axis=0)
+        ax.plot(wx, wy, color="black", linewidth=1.0, drawstyle="steps-post",
+                label="shed by workers (their own telemetry)")
+    for t in rec.notices:
+        ax.axvline((t - info.start_ms) / 1000.0, color="crimson", linewidth=0.8)
+    _storms(ax, info)
+    ax.set(title="Extra candidates on offer per second: done, shed, cut or not targeted",
+           xlabel="time (s)", ylabel="candidate rows / s")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", fontsize=7, ncol=2)
+    return _save(fig, path)
+
+
+def _fate_order(key: str) -> tuple[int, str]:
+    rank = {"done": 0, "worker": 1, "fallback": 2, "lost": 2, "client": 3, "untargeted": 4}
+    return rank.get(key.split("/")[0], 5), key
+
+
+def _fate_label(key: str) -> str:
+    kind, _, reason = key.partition("/")
+    return {"done": "done", "worker": f"shed by worker: {reason}",
+            "client": f"cut by client: {reason}", "fallback": "lost in fallback",
+            "lost": "lost", "untargeted": f"not targeted: {reason.replace('_', ' ')}"}.get(
+        kind, key)
+
+
+def _fate_color(key: str) -> str:
+    kind, _, reason = key.partition("/")
+    if kind == "done":
+        return "tab:green"
+    if kind == "worker":
+        return "tab:red"
+    if kind == "client":
+        return "tab:orange"
+    if kind == "untargeted":
+        return "lightgray" if reason == "below_demand" else "tab:gray"
+    return "tab:brown"
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    out = []
+    try:
+        with path.open() as fh:
+            for raw in fh:
+                with contextlib.suppress(ValueError):
+                    out.append(json.loads(raw))
+    except OSError:
+        return []
+    return out
+
+
+# -- the page -----------------------------------------------------------------------------------
+
+HEADLINE = ("baseline_requests_total", "baseline_requests_failed",
+            "baseline_sla_violation_windows", "baseline_windows_judged", "sla_p99_ms",
+            "baseline_p99_ms_worst_window", "baseline_p99_ms_median_window",
+            "optional_units_done", "optional_units_shed", "incremental_value",
+            "notice_to_shed_p99_ms", "coverage_mean", "extra_candidates_mean",
+            "extra_candidates_sent_mean", "requests_served_by_powerful_model",
+            "powerful_fallbacks", "preemption_notices", "targets_published",
+            "client_latency_p99_ms", "interrupted")
+
+
+def page(out: Path, info: RunInfo, summary: dict[str, Any], images: list[str]) -> Path:
+    table = {"this run": {k: summary.get(k) for k in HEADLINE}}
+    phases = "; ".join(f"{p['name']} {p['start_s']:.0f}-{p['end_s']:.0f} s"
+                       for p in summary["phases"])
+    ok = (summary.get("baseline_requests_failed") == 0
+          and summary.get("baseline_sla_violation_windows") == 0
+          and (summary.get("optional_units_done") or 0) > 0)
+    notes = [
+        f"Scenario {info.scenario} ({info.region}), {summary['load_seconds']:.0f} s of load on "
+        f"{len(info.replicas)} worker replicas; phases: {phases}.",
+        ("Baseline held: no failed baseline request and no ranking window over its SLA, with "
+         "optional work done." if ok else
+         "Baseline NOT clean in this run: see baseline_requests_failed and "
+         "baseline_sla_violation_windows."),
+        "Numbers of record and their definitions: summary.json (and surplus/demo/analysis.py). "
+        f"Replay the recorded log: {summary['replay']}",
+        ATTRIBUTION]
+    return html_page(out / "report.html", "Surplus demo", table, images, notes)

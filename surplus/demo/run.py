@@ -1,0 +1,489 @@
+"""`surplus demo`: the whole system on one machine, as real processes, then a report.
+
+Order of a run (each step waits for the one before, and every wait gives up on Ctrl-C):
+
+1. Kafka: the given cluster, or an embedded KRaft broker in a temporary directory; topics.
+2. The event-log recorder (``surplus record``), so the log holds the run from its first event.
+3. The control plane (Faust worker) and the inference workers: one process per replica the
+   scenario can lend, each in its own session; then readiness (``/readyz``) and a warm-up.
+4. The capacity scheduler and the load generator on one shared timeline.
+5. Live progress until the duration is over.
+6. Shutdown in dependency order — load first, then the scheduler (which revokes what it lent),
+   workers (after their preemption histograms are scraped), control plane, recorder, Prometheus,
+   broker — and a report built only from what the run left on disk.
+
+A Ctrl-C or SIGTERM at any point jumps to step 6 with what exists; a second one shortens the
+waits. Every child runs in its own session with a parent-death signal, so none outlives the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from schemas.kafka_config import KafkaSettings
+from schemas.topics import SCOPE_PARTITIONS
+from sim.scenario import Scenario, ScenarioError
+from surplus import localkafka
+from surplus.demo import plan, report, schedule
+from surplus.demo.analysis import RunInfo
+from surplus.demo.monitor import Monitor, last_line
+from surplus.demo.procs import Child, wait_until
+
+DEFAULT_PREFIX = "surplus.demo."
+APP_ID = "surplus-demo-control"
+LEAD_S = 8.0
+"""Seconds between launching the scheduler and load generator and the start of their timeline."""
+
+
+class DemoError(RuntimeError):
+    """The run cannot go on; the message says which part failed and why."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM: stop starting things and shut down."""
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    out: Path
+    duration_s: float = 180.0
+    scenario: str = plan.DEFAULT_SCENARIO
+    bootstrap: str | None = None
+    prefix: str | None = None
+    prometheus: bool = False
+    rate: float | None = None
+    progress_every_s: float = 5.0
+
+
+@dataclass
+class Ports:
+    control: int
+    scheduler: int
+    loadgen: int
+    workers: dict[str, int]
+
+
+class Demo:
+    """One run; ``run()`` returns the process exit status (0 done, 1 failed, 130 interrupted)."""
+
+    def __init__(self, options: DemoOptions, say: Callable[[str], None] = print) -> None:
+        self.opt = options
+        self.say = say
+        self.out = options.out
+        self.stop = threading.Event()
+        self.hurry = threading.Event()
+        self.children: dict[str, Child] = {}
+        self.broker_dir: Path | None = None
+        self.state = Path(tempfile.mkdtemp(prefix="surplus-demo-"))
+        self.monitor: Monitor | None = None
+        self.kafka: KafkaSettings | None = None
+        self.start_ms = 0
+        self.end_ms = 0
+        self.error: str | None = None
+
+    # -- the run -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        previous = {sig: signal.signal(sig, self._on_signal)
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self._run()
+        except Interrupted:
+            self.say("interrupted: stopping everything and writing what the run has")
+        except (DemoError, ScenarioError, localkafka.BrokerError, OSError) as exc:
+            self.error = str(exc)
+            self.say(f"error: {exc}")
+        finally:
+            self._shutdown()
+            self._write_report()
+            shutil.rmtree(self.state, ignore_errors=True)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if self.error:
+            return 1
+        return 130 if self.stop.is_set() else 0
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if self.stop.is_set():
+            self.hurry.set()
+        self.stop.set()
+
+    def _check(self) -> None:
+        if self.stop.is_set():
+            raise Interrupted
+
+    def _run(self) -> None:
+        self._prepare()
+        self._connect()
+        self._check()
+        self._start_recorder()
+        self._start_control_plane()
+        self._start_workers()
+        self._warm_up()
+        self._start_load()
+        self._watch()
+
+    def _prepare(self) -> None:
+        self.scenario, self.base_dir = plan.load(self.opt.scenario, self.opt.duration_s)
+        self.region = self.scenario.regions[0]
+        self.actions = schedule.build(self.scenario, self.base_dir)
+        self.phases = plan.phases(self.scenario, schedule.first_grant_s(self.actions))
+        self.replicas = plan.replicas(self.region)
+        self.out.mkdir(parents=True, exist_ok=True)
+        for name in ("summary.json", "report.html", "run.json", report.EVENT_LOG,
+                     "worker_metrics.json", "latency.png", "targets.png", "capacity.png",
+                     "shedding.png"):
+            (self.out / name).unlink(missing_ok=True)
+        shutil.rmtree(self.out / "loadgen", ignore_errors=True)
+        shutil.rmtree(self.out / "logs", ignore_errors=True)
+        (self.out / "control.toml").write_text(plan.control_toml(self.scenario))
+        free = localkafka.free_port
+        self.ports = Ports(control=free(), scheduler=free(), loadgen=free(),
+                           workers={r.worker_id: free() for r in self.replicas})
+        self.say(f"demo: scenario {self.scenario.name}, {self.opt.duration_s:.0f}s of load, "
+                 f"{len(self.replicas)} workers "
+                 f"({', '.join(r.worker_id for r in self.replicas)}); output in {self.out}")
+
+    # -- Kafka -----------------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        bootstrap = (self.opt.bootstrap or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+                     or os.environ.get("SURPLUS_KAFKA_BOOTSTRAP"))
+        if bootstrap:
+            self.say(f"kafka: using {bootstrap}")
+        else:
+            localkafka.fetch_jars()
+            self.broker_dir = self.state / "kafka"
+            info, _ = localkafka.up(port=localkafka.free_port(), data_dir=self.broker_dir)
+            bootstrap = info.bootstrap
+            self.say(f"kafka: embedded broker at {bootstrap} (pid {info.pid}, ready in "
+                     f"{info.started_in_s or 0:.1f}s)")
+        try:
+            self.kafka = KafkaSettings(bootstrap=bootstrap,
+                                       prefix=self.opt.prefix or DEFAULT_PREFIX)
+        except ValueError as exc:
+            raise DemoError(f"bad Kafka settings: {exc}") from None
+        from surplus.topics import apply_topics
+
+        try:
+            applied = apply_topics(self.kafka.confluent(), self.kafka.prefix)
+        except Exception as exc:
+            raise DemoError(f"cannot apply topics on {bootstrap}: {exc}") from None
+        if not applied.ok:
+            raise DemoError("existing topics disagree with the catalog: "
+                            + "; ".join(applied.mismatches))
+        self.say(f"topics: {len(applied.created)} created, {len(applied.existing)} existing "
+                 f"(prefix {self.kafka.prefix!r})")
+
+    def _kafka_args(self) -> list[str]:
+        assert self.kafka is not None
+        return ["--bootstrap", self.kafka.bootstrap, "--prefix", self.kafka.prefix]
+
+    # -- processes -------------------------------------------------------------------------
+
+    def _start(self, name: str, args: list[str], program: list[str] | None = None) -> Child:
+        child = Child(name, args, self.out / "logs", program=program).start()
+        self.children[name] = child
+        return child
+
+    def _start_recorder(self) -> None:
+        since = wall_ms() - 1000
+        self._start("recorder", ["record", "--out", str(self.out / report.EVENT_LOG),
+                                 "--from", f"time:{since}", "--quiet", *self._kafka_args()])
+
+    def _start_control_plane(self) -> None:
+        assert self.kafka is not None
+        self._start("control-plane", [
+            "control-plane", *self._kafka_args(), "--config", str(self.out / "control.toml"),
+            "--app-id", APP_ID, "--partitions", str(SCOPE_PARTITIONS),
+            "--metrics-port", str(self.ports.control), "--data-dir", str(self.state / "control"),
+            "--loglevel", "warning"])
+        self.monitor = Monitor(self.kafka, self.scenario.control.period_ms)
+        self.monitor.start()
+
+    def _worker_config(self) -> Path:
+        ranking = sum(1 for r in self.replicas if r.model == "baseline")
+        tree = {"budget_share": round(1.0 / max(1, ranking), 6),
+                "model": {"threads": 1}, "batching": {"max_wait_ms": 1.0},
+                "admission": _builtins(self.scenario.worker.admission),
+                "limits": _builtins(self.scenario.worker.limits)}
+        path = self.out / "worker.toml"
+        path.write_text(plan.to_toml(tree))
+        return path
+
+    def _start_workers(self) -> None:
+        config = self._worker_config()
+        for r in self.replicas:
+            self._start(r.worker_id, [
+                "worker", "--config", str(config), "--worker-id", r.worker_id,
+                "--region", r.region, "--service", r.service, "--tier", r.tier,
+                "--accelerator", r.accelerator, "--model", r.model,
+                "--port", str(self.ports.workers[r.worker_id]), *self._kafka_args(),
+                "--loglevel", "warning"])
+        self.say(f"workers: starting {len(self.replicas)} (torch models load in each)")
+        for r in self.replicas:
+            ok = wait_until(lambda r=r: self._ready(r.worker_id), 180.0, 0.5,
+                            stop=self._stopping)
+            self._check()
+            if not ok:
+                raise DemoError(f"worker {r.worker_id} not ready within 180s:\n"
+                                f"{self.children[r.worker_id].tail()}")
+        self._check_alive()
+        self.say("workers: all ready")
+
+    def _stopping(self) -> bool:
+        return self.stop.is_set() or any(not c.alive() for c in self.children.values())
+
+    def _ready(self, worker_id: str) -> bool:
+        url = f"{self._url(worker_id)}/readyz"
+        try:
+            with urllib.request.urlopen(url, timeout=2.0) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def _url(self, worker_id: str) -> str:
+        return f"http://127.0.0.1:{self.ports.workers[worker_id]}"
+
+    def _warm_up(self) -> None:
+        """A few baseline-only requests per ranking replica before the clock starts: the first
+        forward passes of a fresh process are slow, and a real fleet warms a replica up before
+        it takes traffic. They land before the load phase and are not judged."""
+        from surplus.demo.warmup import warm_up
+
+        for r in self.replicas:
+            self._check()
+            if r.model == "baseline":
+                warm_up(self._url(r.worker_id), self.region.base_candidates
+                        + self.region.max_extra_candidates)
+
+    def _start_load(self) -> None:
+        self.start_ms = wall_ms() + int(LEAD_S * 1000)
+        self.end_ms = self.start_ms + int(self.opt.duration_s * 1000)
+        timeline = ["--scenario", str(plan.scenario_path(self.opt.scenario)),
+                    "--duration", str(self.opt.duration_s), "--start-at-ms", str(self.start_ms)]
+        self._start("scheduler", ["scheduler", *timeline, "--metrics-port",
+                                  str(self.ports.scheduler), *self._kafka_args()])
+        urls = []
+        for r in self.replicas:
+            if r.model == "baseline":
+                urls += ["--baseline-url", self._url(r.worker_id)]
+            else:
+                urls += ["--powerful-url", self._url(r.worker_id)]
+        rate = ["--rate", str(self.opt.rate)] if self.opt.rate else []
+        self._start("loadgen", ["loadgen", *timeline, *urls, *rate, "--out",
+                                str(self.out / "loadgen"), "--metrics-port",
+                                str(self.ports.loadgen), *self._kafka_args()])
+        if self.opt.prometheus:
+            self._start_prometheus()
+        self.say(f"load: starts in {LEAD_S:.0f}s and runs {self.opt.duration_s:.0f}s; "
+                 "phases: " + ", ".join(f"{p.name} {p.start_s:.0f}-{p.end_s:.0f}s"
+                                        for p in self.phases))
+
+    def _start_prometheus(self) -> None:
+        binary = shutil.which("prometheus")
+        if binary is None:
+            self.say("prometheus: no `prometheus` binary on PATH (Debian/Ubuntu: apt install "
+                     "prometheus); going on without it")
+            return
+        targets = {"control-plane": [self.ports.control], "scheduler": [self.ports.scheduler],
+                   "loadgen": [self.ports.loadgen],
+                   "workers": sorted(self.ports.workers.values())}
+        config = self.out / "prometheus.yml"
+        config.write_text(prometheus_config(targets))
+        port = localkafka.free_port()
+        self._start("prometheus", [f"--config.file={config}",
+                                   f"--storage.tsdb.path={self.state / 'prometheus'}",
+                                   f"--web.listen-address=127.0.0.1:{port}"], program=[binary])
+        self.say(f"prometheus: http://127.0.0.1:{port} (scraping {sum(map(len, targets.values()))}"
+                 " endpoints every 2s)")
+
+    # -- while it runs ---------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        next_line = 0.0
+        while wall_ms() < self.end_ms:
+            self._check()
+            self._check_alive()
+            if time.monotonic() >= next_line:
+                self._progress()
+                next_line = time.monotonic() + self.opt.progress_every_s
+            self.stop.wait(0.25)
+        self._progress()
+
+    def _check_alive(self) -> None:
+        for name, child in self.children.items():
+            if not child.alive() and name not in ("prometheus",):
+                raise DemoError(f"{name} exited with status {child.popen and child.popen.poll()}"
+                                f":\n{child.tail()}")
+
+    def _progress(self) -> None:
+        now = wall_ms()
+        t = (now - self.start_ms) / 1000.0
+        if t < 0:
+            self.say(f"[{t:6.1f}s] starting")
+            return
+        phase = plan.phase_at(self.phases, t)
+        line = last_line(self.out / "loadgen" / "loadgen.jsonl") or {}
+        parts = [f"[{t:5.0f}/{self.opt.duration_s:.0f}s {phase:8}]",
+                 f"{line.get('requests', 0):3d} req/s"]
+        mon = self.monitor
+        if mon is not None:
+            p99 = mon.ranking_p99(now)
+            targets, done, shed, _ = mon.snapshot()
+            sla = self.scenario.control.rma.sla_p99_ms
+            parts.append("ranking p99 " + ("  -  " if p99 is None else f"{p99:5.1f}")
+                         + f" ms (SLA {sla:g})")
+            if targets is not None:
+                parts.append(f"targets: extra {targets.rma.extra_candidates:3d} "
+                             f"coverage {targets.sbm.coverage:.2f}")
+            shed_total = sum(shed.values())
+            top = ", ".join(f"{k} {v}" for k, v in sorted(shed.items(), key=lambda kv: -kv[1])
+                            [:2])
+            parts.append(f"optional done {done:,} shed {shed_total:,}"
+                         + (f" ({top})" if top else ""))
+        cuts = line.get("client_cuts", {})
+        client_cut = sum(v for k, v in cuts.items() if not k.startswith("baseline_only"))
+        parts.append(f"client cuts {client_cut:,}")
+        parts.append(f"failed {self._failed()}")
+        self.say(" | ".join(parts))
+
+    def _failed(self) -> int:
+        total = 0
+        path = self.out / "loadgen" / "loadgen.jsonl"
+        with contextlib.suppress(OSError, ValueError), path.open() as fh:
+            for raw in fh:
+                total += json.loads(raw).get("failed", 0)
+        return total
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        quick = self.hurry.is_set
+        self._stop_child("loadgen", signal.SIGTERM, 5 if quick() else 40)
+        if self.start_ms and not self.end_ms:
+            self.end_ms = wall_ms()
+        self.end_ms = min(self.end_ms or wall_ms(), wall_ms())
+        self._stop_child("scheduler", signal.SIGTERM, 5 if quick() else 20)
+        self._scrape_workers()
+        workers = [r.worker_id for r in getattr(self, "replicas", [])]
+        for name in workers:
+            if name in self.children:
+                self.children[name].send(signal.SIGTERM)
+        for name in workers:
+            self._stop_child(name, signal.SIGTERM, 5 if quick() else 30)
+        self._stop_child("control-plane", signal.SIGTERM, 5 if quick() else 30)
+        if "recorder" in self.children and not quick():
+            time.sleep(1.5)  # let the recorder read the last revokes and reports
+        self._stop_child("recorder", signal.SIGINT, 5 if quick() else 30)
+        self._stop_child("prometheus", signal.SIGTERM, 10)
+        if self.monitor is not None:
+            self.monitor.stop()
+        if self.broker_dir is not None:
+            localkafka.down(self.broker_dir)
+            self.say("kafka: embedded broker stopped")
+        left = [name for name, child in self.children.items() if child.alive()]
+        if left:
+            self.say(f"warning: still running after shutdown: {', '.join(left)}")
+
+    def _stop_child(self, name: str, sig: int, timeout_s: float) -> None:
+        child = self.children.get(name)
+        if child is None:
+            return
+        was_alive = child.alive()
+        rc = child.stop(sig, timeout_s)
+        if was_alive and rc not in (0, None, -sig, 128 + sig, 130):
+            self.say(f"{name}: exited with status {rc} (log: {child.log_path})")
+
+    def _scrape_workers(self) -> None:
+        """Each worker's /metrics text, for the preemption reaction histogram."""
+        texts: dict[str, str] = {}
+        for name, port in getattr(self, "ports", Ports(0, 0, 0, {})).workers.items():
+            child = self.children.get(name)
+            if child is None or not child.alive():
+                continue
+            with contextlib.suppress(urllib.error.URLError, OSError):
+                url = f"http://127.0.0.1:{port}/metrics"
+                with urllib.request.urlopen(url, timeout=3.0) as resp:
+                    texts[name] = resp.read().decode()
+        if texts:
+            (self.out / "worker_metrics.json").write_text(json.dumps(texts))
+
+    def _write_report(self) -> None:
+        if not self.start_ms or not hasattr(self, "scenario"):
+            return
+        info = run_info(self.scenario, self.phases, self.replicas, self.start_ms,
+                        self.end_ms or wall_ms(), self.opt.duration_s,
+                        interrupted=self.stop.is_set(),
+                        kafka="embedded" if self.broker_dir else "external")
+        (self.out / "run.json").write_text(json.dumps(asdict(info), indent=2) + "\n")
+        try:
+            summary = report.build(self.out)
+        except Exception as exc:  # a report problem must not hide the run's own outcome
+            self.say(f"report: could not be built: {type(exc).__name__}: {exc}")
+            self.error = self.error or f"report failed: {exc}"
+            return
+        self.say(verdict(summary))
+        self.say(f"report: {self.out / 'report.html'}  summary: {self.out / 'summary.json'}  "
+                 f"event log: {self.out / report.EVENT_LOG}")
+
+
+def _builtins(struct: Any) -> dict[str, Any]:
+    import msgspec
+
+    value = msgspec.to_builtins(struct)
+    assert isinstance(value, dict)
+    return value
+
+
+def run_info(scenario: Scenario, phases: list[plan.Phase], replicas: list[plan.Replica],
+             start_ms: int, end_ms: int, duration_s: float, *, interrupted: bool,
+             kafka: str) -> RunInfo:
+    region = scenario.regions[0]
+    return RunInfo(
+        scenario=scenario.name, region=region.name, start_ms=start_ms, end_ms=end_ms,
+        duration_s=duration_s, period_ms=scenario.control.period_ms,
+        min_samples=scenario.control.min_samples, sla_p99_ms=scenario.control.rma.sla_p99_ms,
+        sbm_sla_p99_ms=scenario.control.sbm.sla_p99_ms, base_candidates=region.base_candidates,
+        phases=[(p.name, p.start_s, p.end_s) for p in phases],
+        storms=plan.storm_windows(scenario), replicas=[r.worker_id for r in replicas],
+        interrupted=interrupted, kafka=kafka,
+        rma_candidates_per_unit_s=scenario.control.rma.candidates_per_accel_unit_s,
+        powerful_rps_per_unit=scenario.control.sbm.powerful_rps_per_accel_unit)
+
+
+def verdict(summary: dict[str, Any]) -> str:
+    return (f"summary: {summary.get('baseline_requests_total', 0)} baseline requests, "
+            f"{summary.get('baseline_requests_failed')} failed, "
+            f"{summary.get('baseline_sla_violation_windows')} SLA-violation windows of "
+            f"{summary.get('baseline_windows_judged')}; optional units done "
+            f"{summary.get('optional_units_done', 0):,}, shed "
+            f"{summary.get('optional_units_shed', 0):,}; incremental value "
+            f"{summary.get('incremental_value')}; notice->shed p99 "
+            f"{summary.get('notice_to_shed_p99_ms')} ms")
+
+
+def prometheus_config(targets: dict[str, list[int]]) -> str:
+    """A scrape config for the run's endpoints (job per kind of process)."""
+    lines = ["global:", "  scrape_interval: 2s", "scrape_configs:"]
+    for job, ports in targets.items():
+        hosts = ", ".join(f"'127.0.0.1:{p}'" for p in ports)
+        lines += [f"  - job_name: {job}", "    static_configs:", f"      - targets: [{hosts}]"]
+    return "\n".join(lines) + "\n"

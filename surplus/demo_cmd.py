@@ -1,0 +1,53 @@
+"""`surplus demo`: run the whole system on this machine for a while, then report what it gained."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from surplus.cli_common import fail
+
+
+def demo(
+    duration: Annotated[float, typer.Option(
+        help="Seconds of load (start-up and shutdown come on top).")] = 180.0,
+    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("out/demo"),
+    prometheus: Annotated[bool, typer.Option(
+        "--prometheus", help="Also run a `prometheus` binary (if installed) on the endpoints.")]
+    = False,
+    scenario: Annotated[str, typer.Option(
+        help="Scenario TOML, or the name of one in sim/scenarios.")] = "demo",
+    rate: Annotated[float | None, typer.Option(
+        help="Mean requests/s (default: the scenario's).")] = None,
+    bootstrap: Annotated[str | None, typer.Option(
+        "--bootstrap", "-b", help="An existing cluster (default: $KAFKA_BOOTSTRAP_SERVERS, "
+                                  "else an embedded broker for the run).")] = None,
+    prefix: Annotated[str | None, typer.Option(
+        help="Topic prefix (default: surplus.demo.).")] = None,
+    report_only: Annotated[bool, typer.Option(
+        "--report", help="Only rebuild summary.json, plots and report.html from --out.")]
+    = False,
+) -> None:
+    """Start Kafka (unless given), the control plane, baseline and opportunistic workers, the
+    capacity scheduler (with a preemption storm) and the load generator; show progress; stop
+    everything; write summary.json, report.html with plots and the event log to --out."""
+    from surplus.demo import report
+    from surplus.demo.run import Demo, DemoOptions, verdict
+
+    if report_only:
+        if not (out / "run.json").is_file():
+            fail(f"no run in {out} (run.json missing)")
+        typer.echo(verdict(report.build(out)))
+        typer.echo(f"report: {out / 'report.html'}")
+        return
+    if duration < 20:
+        fail(f"--duration must be at least 20 s (a few control periods), got {duration:g}")
+    if rate is not None and rate <= 0:
+        fail(f"--rate must be > 0, got {rate:g}")
+    options = DemoOptions(out=out, duration_s=duration, scenario=scenario, bootstrap=bootstrap,
+                          prefix=prefix, prometheus=prometheus, rate=rate)
+    code = Demo(options, say=lambda line: typer.echo(line)).run()
+    if code:
+        raise typer.Exit(code)
