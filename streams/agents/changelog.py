@@ -2,49 +2,80 @@
 
 from __future__ import annotations
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+import time
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from schemas.kafka_config import KafkaSettings
+
+#: Errors of a cluster that is still settling: a topic created a moment ago has no leader yet,
+#: a broker that just came back is still electing. Worth waiting out, not worth a crash.
+_SETTLING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+             KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+             KafkaError._ALL_BROKERS_DOWN, KafkaError._WAIT_COORD}
 
 
 def read_changelog(kafka: KafkaSettings, topic: str, partitions: list[int],
                    timeout_s: float = 60.0) -> dict[str, bytes]:
     """Latest value per key in `partitions` of `topic`, read from the start to the high mark.
 
-    Blocking (run it in a thread). A topic that does not exist yet holds no state.
+    Blocking (run it in a thread). A topic that does not exist yet holds no state. Errors of a
+    settling cluster are retried until `timeout_s`; then, or on any other error, it raises.
     """
     if not partitions:
         return {}
     consumer = Consumer(kafka.confluent(**{"group.id": f"{topic}-restore",
                                            "enable.auto.commit": False,
                                            "enable.partition.eof": True}))
+    deadline = time.monotonic() + timeout_s
     try:
         meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
         if meta is None or meta.error is not None:
             return {}
         todo = {}
         for p in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p),
-                                                       timeout=timeout_s)
+            low, high = _watermarks(consumer, TopicPartition(topic, p), deadline)
             if high > low:
                 todo[p] = high
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
-        latest: dict[str, bytes] = {}
-        while todo:
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() != -191:  # _PARTITION_EOF
-                    raise KafkaException(msg.error())
-                continue
-            key = msg.key().decode()
-            if msg.value() is None:
-                latest.pop(key, None)
-            else:
-                latest[key] = msg.value()
-            if msg.offset() + 1 >= todo.get(msg.partition(), 0):
-                todo.pop(msg.partition(), None)
-        return latest
+        return _read_to(consumer, todo, deadline)
     finally:
         consumer.close()
+
+
+def _watermarks(consumer: Consumer, tp: TopicPartition, deadline: float) -> tuple[int, int]:
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                tp, timeout=max(1.0, min(10.0, deadline - time.monotonic())))
+            return int(low), int(high)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if err is None or err.code() not in _SETTLING or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _read_to(consumer: Consumer, todo: dict[int, int], deadline: float) -> dict[str, bytes]:
+    """Consume assigned partitions until each reached its high mark in `todo`."""
+    latest: dict[str, bytes] = {}
+    while todo:
+        msg = consumer.poll(1.0)
+        if msg is None:
+            continue
+        err = msg.error()
+        if err is not None:
+            settling = err.code() in _SETTLING and time.monotonic() < deadline
+            if err.code() != KafkaError._PARTITION_EOF and not settling:
+                raise KafkaException(err)
+            continue
+        key = (msg.key() or b"").decode()
+        value = msg.value()
+        if value is None:
+            latest.pop(key, None)
+        else:
+            latest[key] = value
+        partition, offset = msg.partition(), msg.offset()
+        if partition is not None and offset is not None and offset + 1 >= todo.get(partition, 0):
+            todo.pop(partition, None)
+    return latest

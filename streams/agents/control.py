@@ -72,6 +72,9 @@ class Metrics:
                            ["scope"], registry=self.registry)
         self.coverage = Gauge("surplus_control_sbm_coverage", "SBM coverage target",
                               ["scope"], registry=self.registry)
+        self.ticks_skipped = Counter("surplus_control_ticks_skipped_total",
+                                     "Ticks not acted on, by reason", ["reason"],
+                                     registry=self.registry)
         self.tick_seconds = Histogram("surplus_control_tick_seconds",
                                       "Time to run the controllers of one scope",
                                       registry=self.registry)
@@ -156,6 +159,12 @@ class ControlPlane:
     async def _ticks_agent(self, stream: faust.StreamT) -> None:
         async for event in stream.events():
             tick = msgspec.json.decode(event.value, type=Tick)
+            if now_ms() - tick.ts_ms > self.config.period_ms:
+                # Sent before a broker outage or a restart and delivered only now: acting on it
+                # would publish targets already past due (a burst of stale epochs after every
+                # outage). The next fresh tick, half a period away, does the work.
+                self.metrics.ticks_skipped.labels("stale").inc()
+                continue
             await self._restored(event.message.partition)
             for scope in self.registry.scopes_on(event.message.partition):
                 entry = self.registry.get(scope, event.message.partition)

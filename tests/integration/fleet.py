@@ -155,3 +155,13 @@ def metric(samples: dict[str, float], name: str, **labels: str) -> float:
     if labels:
         key += "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
     return samples.get(key, 0.0)
+
+
+def by_label(samples: dict[str, float], name: str, label: str) -> dict[str, float]:
+    """Every sample of `name` keyed by the value of one label, e.g. verdicts by verdict."""
+    out: dict[str, float] = {}
+    prefix = f'{name}{{{label}="'
+    for key, value in samples.items():
+        if key.startswith(prefix):
+            out[key[len(prefix):].split('"', 1)[0]] = value
+    return out
