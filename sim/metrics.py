@@ -4,6 +4,16 @@ The SLA is judged on windows of ``sla_window_s`` (default: the control period) p
 the p99 of the server-side latency of every ranking request that finished in the window (the
 latency the ranking pools themselves answer with, which is what the ranking SLA is about). A
 window with no request is not judged. ``timeline.csv`` has one row per region and window.
+
+Other headline numbers: ``baseline_requests_rejected`` counts ranking requests answered slower
+than the region's ``timeout_ms`` (the caller gave up; workers themselves never refuse baseline
+work); ``opportunistic_utilization`` is accelerator-seconds of work served on opportunistic
+replicas over accelerator-seconds they were lent (draining ones included);
+``incremental_value`` sums the true gains of the optional work actually done (RMA: a concave
+value of the extra candidates scored; SBM: the segment's gain from the powerful model);
+``max_notice_to_shed_ms`` is, over every worker a preemption notice concerned, the time from
+the notice's timestamp to the moment that worker had stopped optional work: the notice's
+(modelled) delivery delay when workers act on delivery, as they must.
 """
 
 from __future__ import annotations

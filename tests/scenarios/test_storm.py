@@ -17,10 +17,11 @@ from streams.replay import replay_offline
 STORM = "preemption_storm"
 
 
-@pytest.fixture(scope="module")
-def storm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    out = tmp_path_factory.mktemp("storm")
-    return out, simulate(STORM, "surplus", out)
+@pytest.fixture
+def storm(storm_runs: tuple[Path, dict[str, Any]]) -> tuple[Path, dict[str, Any]]:
+    """The surplus run of the shared storm comparison: its directory and summary."""
+    out, summary = storm_runs
+    return out / "surplus", summary["runs"]["surplus"]
 
 
 def _timeline(out: Path) -> list[dict[str, str]]:
