@@ -68,6 +68,8 @@ class RunInfo:
     """Extra candidates/s one accelerator unit scores (``rma.candidates_per_accel_unit_s``)."""
     powerful_rps_per_unit: float = 1.0
     """Requests/s one unit serves on the powerful model (``sbm.powerful_rps_per_accel_unit``)."""
+    endpoints: dict[str, int] = field(default_factory=dict)
+    """Local ports the run's processes served on (process name -> port)."""
 
     @classmethod
     def read(cls, path: Path) -> RunInfo:

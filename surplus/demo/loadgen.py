@@ -196,7 +196,9 @@ class LoadGenerator:
         eff = self.client.decider.targets.current(wall_ms())
         offered = self.region.max_extra_candidates
         targeted = 0 if eff.baseline_only else min(eff.extra_candidates, offered)
-        untargeted = (eff.reason if eff.baseline_only else "below_demand", offered - targeted)
+        why = (eff.reason if eff.baseline_only
+               else "targets_zero" if targeted == 0 else "below_demand")
+        untargeted = (why, offered - targeted)
         try:
             result = await self.client.rank(
                 segment=seg.name, value=value, candidates=candidates,

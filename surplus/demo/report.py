@@ -333,7 +333,7 @@ def _fate_color(key: str) -> str:
     if kind == "client":
         return "tab:orange"
     if kind == "untargeted":
-        return "lightgray" if reason == "below_demand" else "tab:gray"
+        return {"below_demand": "lightgray", "targets_zero": "darkgray"}.get(reason, "dimgray")
     return "tab:brown"
 
 

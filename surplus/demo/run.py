@@ -97,6 +97,7 @@ class Demo:
         self.start_ms = 0
         self.end_ms = 0
         self.error: str | None = None
+        self.prometheus_port = 0
 
     # -- the run -------------------------------------------------------------------------
 
@@ -308,7 +309,7 @@ class Demo:
                    "workers": sorted(self.ports.workers.values())}
         config = self.out / "prometheus.yml"
         config.write_text(prometheus_config(targets))
-        port = localkafka.free_port()
+        port = self.prometheus_port = localkafka.free_port()
         self._start("prometheus", [f"--config.file={config}",
                                    f"--storage.tsdb.path={self.state / 'prometheus'}",
                                    f"--web.listen-address=127.0.0.1:{port}"], program=[binary])
@@ -432,7 +433,8 @@ class Demo:
         info = run_info(self.scenario, self.phases, self.replicas, self.start_ms,
                         self.end_ms or wall_ms(), self.opt.duration_s,
                         interrupted=self.stop.is_set(),
-                        kafka="embedded" if self.broker_dir else "external")
+                        kafka="embedded" if self.broker_dir else "external",
+                        endpoints=self._endpoints())
         (self.out / "run.json").write_text(json.dumps(asdict(info), indent=2) + "\n")
         try:
             summary = report.build(self.out)
@@ -445,6 +447,13 @@ class Demo:
                  f"event log: {self.out / report.EVENT_LOG}")
 
 
+    def _endpoints(self) -> dict[str, int]:
+        p = self.ports
+        return {"control-plane": p.control, "scheduler": p.scheduler, "loadgen": p.loadgen,
+                **p.workers, **({"prometheus": self.prometheus_port}
+                               if self.prometheus_port else {})}
+
+
 def _builtins(struct: Any) -> dict[str, Any]:
     import msgspec
 
@@ -455,7 +464,7 @@ def _builtins(struct: Any) -> dict[str, Any]:
 
 def run_info(scenario: Scenario, phases: list[plan.Phase], replicas: list[plan.Replica],
              start_ms: int, end_ms: int, duration_s: float, *, interrupted: bool,
-             kafka: str) -> RunInfo:
+             kafka: str, endpoints: dict[str, int]) -> RunInfo:
     region = scenario.regions[0]
     return RunInfo(
         scenario=scenario.name, region=region.name, start_ms=start_ms, end_ms=end_ms,
@@ -466,7 +475,8 @@ def run_info(scenario: Scenario, phases: list[plan.Phase], replicas: list[plan.R
         storms=plan.storm_windows(scenario), replicas=[r.worker_id for r in replicas],
         interrupted=interrupted, kafka=kafka,
         rma_candidates_per_unit_s=scenario.control.rma.candidates_per_accel_unit_s,
-        powerful_rps_per_unit=scenario.control.sbm.powerful_rps_per_accel_unit)
+        powerful_rps_per_unit=scenario.control.sbm.powerful_rps_per_accel_unit,
+        endpoints=endpoints)
 
 
 def verdict(summary: dict[str, Any]) -> str:

@@ -1,0 +1,135 @@
+"""`surplus demo` end to end on the real broker: every process starts, the run reports, the
+recorded log replays, and nothing is left running afterwards — also after a Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+SUMMARY_KEYS = ("baseline_sla_violation_windows", "baseline_requests_total",
+                "baseline_requests_failed", "optional_units_done", "optional_units_shed",
+                "incremental_value", "notice_to_shed_p99_ms", "coverage_mean",
+                "extra_candidates_mean")
+
+
+def _processes_with(marker: str) -> list[tuple[int, str]]:
+    """Every process whose command line mentions ``marker`` (the run's unique topic prefix)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if marker in cmdline:
+            found.append((int(entry.name), cmdline[:200]))
+    return found
+
+
+def _listening_ports() -> set[int]:
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A":  # LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _demo(kafka_bootstrap: str, out: Path, prefix: str, duration: int,
+          log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}
+    with log.open("wb") as fh:
+        return subprocess.Popen(
+            [sys.executable, "-m", "surplus.cli", "demo", "--duration", str(duration),
+             "--out", str(out), "--prefix", prefix], stdout=fh, stderr=subprocess.STDOUT,
+            env=env)
+
+
+def _wait_gone(marker: str, timeout_s: float = 10.0) -> list[tuple[int, str]]:
+    deadline = time.monotonic() + timeout_s
+    left = _processes_with(marker)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = _processes_with(marker)
+    return left
+
+
+def test_short_demo_reports_clean_baseline_and_leaves_nothing_behind(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    prefix = f"t{uuid.uuid4().hex[:8]}.demo."
+    out = tmp_path / "demo"
+    proc = _demo(kafka_bootstrap, out, prefix, 40, tmp_path / "demo.log")
+    rc = proc.wait(300)
+    output = (tmp_path / "demo.log").read_text(errors="replace")
+    assert rc == 0, output[-3000:]
+
+    summary = json.loads((out / "summary.json").read_text())
+    for key in SUMMARY_KEYS:
+        assert key in summary, key
+    assert summary["baseline_requests_total"] > 500
+    assert summary["baseline_requests_failed"] == 0, summary["baseline_failure_reasons"]
+    assert summary["baseline_windows_judged"] > 10
+    assert summary["baseline_sla_violation_windows"] == 0
+    assert summary["optional_units_done"] > 0
+    assert summary["preemption_notices"] >= 1
+    assert summary["notice_to_shed_reactions"] >= 1
+    assert summary["interrupted"] is False
+    for png in ("latency.png", "targets.png", "capacity.png", "shedding.png"):
+        assert (out / png).stat().st_size > 1000
+        assert png in (out / "report.html").read_text()
+
+    replay = subprocess.run(
+        [sys.executable, "-m", "surplus.cli", "replay", str(out / "events.jsonl.zst"),
+         "--offline", "--config", str(out / "control.toml"), "--out", str(tmp_path / "replay"),
+         "--quiet"], capture_output=True, text=True, timeout=120)
+    assert replay.returncode == 0, replay.stderr
+    replayed = json.loads((tmp_path / "replay" / "summary.json").read_text())
+    assert replayed["read"]["bad_lines"] == 0
+    assert replayed["read"]["events"] > 100
+
+    assert _wait_gone(prefix) == []
+    served = json.loads((out / "run.json").read_text())["endpoints"]
+    assert len(served) >= 6
+    assert _listening_ports() & set(served.values()) == set()
+
+
+def test_ctrl_c_mid_run_stops_everything_and_still_reports(kafka_bootstrap: str,
+                                                           tmp_path: Path) -> None:
+    prefix = f"t{uuid.uuid4().hex[:8]}.demo."
+    out = tmp_path / "demo"
+    log = tmp_path / "demo.log"
+    proc = _demo(kafka_bootstrap, out, prefix, 120, log)
+    deadline = time.monotonic() + 180
+    while "load: starts" not in log.read_text(errors="replace"):
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "the load never started"
+        time.sleep(0.5)
+    time.sleep(15)
+    assert len(_processes_with(prefix)) >= 6  # recorder, control plane, 3 workers, scheduler...
+    proc.send_signal(signal.SIGINT)
+    rc = proc.wait(120)
+    output = log.read_text(errors="replace")
+    assert rc == 130, output[-3000:]
+    assert "interrupted" in output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert summary["baseline_requests_total"] > 0
+    assert summary["baseline_requests_failed"] == 0
+    assert (out / "events.jsonl.zst").stat().st_size > 0
+    assert _wait_gone(prefix) == []
