@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from surplus import localkafka
+from surplus.bench_cmd import bench
 from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings
 from surplus.control_cmd import control_plane
 from surplus.demo_cmd import demo
@@ -35,6 +36,7 @@ app.command("replay")(replay)
 app.command("scheduler")(scheduler)
 app.command("loadgen")(loadgen)
 app.command("demo")(demo)
+app.command("bench")(bench)
 app.command("simulate")(simulate)
 
 DataDir = Annotated[Path, typer.Option("--data-dir", help="Broker state and logs.")]

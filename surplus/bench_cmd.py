@@ -1,0 +1,136 @@
+"""`surplus bench`: every benchmark in bench/, one after the other, into one JSON table.
+
+Each benchmark runs in a child process (``python -c`` calling its ``run(...)``) from the
+repository root: a fresh interpreter per benchmark, so torch threads, event loops and Faust
+state of one cannot skew the next, and a crash is one failed row, not a lost table. The Kafka
+benchmarks share one broker: ``$KAFKA_BOOTSTRAP_SERVERS``, or a local one started for the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from surplus.cli_common import fail
+from surplus.localkafka import REPO_ROOT
+
+
+@dataclass(frozen=True)
+class Bench:
+    name: str
+    kwargs: dict[str, Any]
+    kafka: bool = False
+    metric: str = ""
+    target: str = ""
+
+
+BENCHES = (
+    Bench("client_decision", {"n": 200_000}, metric="median_ns", target="<= 10000 ns"),
+    Bench("replay", {"seconds": 600, "workers": 100, "repeat": 3}, metric="events_per_s",
+          target=">= 200000 events/s"),
+    Bench("batching", {"seconds": 1.5}, metric="ratio", target=">= 3x unbatched"),
+    Bench("preemption", {"notices": 200}, kafka=True,
+          metric="notice_to_optional_stopped_ms.p99", target="<= 5 ms"),
+    Bench("ingest", {"reports": 60_000}, kafka=True, metric="control_plane_reports_per_s",
+          target=">= 20000 reports/s, raw/control plane <= 2"),
+)
+
+
+def _pick(result: dict[str, Any], dotted: str) -> Any:
+    value: Any = result
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def meets(name: str, result: dict[str, Any]) -> bool | None:
+    """Whether a result meets its DESIGN.md target (as the benchmark itself judges it)."""
+    for key in ("meets_target", "within_target"):
+        if key in result:
+            return bool(result[key])
+    if name == "ingest":
+        return (result["control_plane_reports_per_s"] >= 20_000
+                and result["raw_over_control_plane"] <= 2)
+    return None
+
+
+def run_one(bench: Bench, bootstrap: str | None, timeout_s: float) -> dict[str, Any]:
+    """One benchmark in a child interpreter; its row of the table."""
+    kwargs = dict(bench.kwargs, **({"bootstrap": bootstrap} if bench.kafka else {}))
+    code = (f"import json, bench.{bench.name} as b; "
+            f"print(json.dumps(b.run(**json.loads({json.dumps(json.dumps(kwargs))}))))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    started = time.monotonic()
+    row: dict[str, Any] = {"bench": bench.name, "metric": bench.metric, "target": bench.target,
+                           "params": bench.kwargs}
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env,
+                              capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return {**row, "ok": False, "error": f"timed out after {timeout_s:.0f}s",
+                "seconds": round(time.monotonic() - started, 1)}
+    row["seconds"] = round(time.monotonic() - started, 1)
+    lines = proc.stdout.strip().splitlines()
+    try:
+        result = json.loads(lines[-1]) if proc.returncode == 0 and lines else None
+    except ValueError:
+        result = None
+    if not isinstance(result, dict):
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return {**row, "ok": False, "error": f"exit {proc.returncode}: {tail[0][:300]}"}
+    return {**row, "ok": True, "value": _pick(result, bench.metric),
+            "meets_target": meets(bench.name, result), "result": result}
+
+
+def bench(
+    out: Annotated[Path, typer.Option(help="Directory for bench.json.")] = Path("out/bench"),
+    only: Annotated[str | None, typer.Option(
+        help="Comma-separated benchmark names (default: all).")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds each benchmark may take.")] = 900.0,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="Exit 1 when a benchmark misses its target, not only when it fails.")]
+    = False,
+) -> None:
+    """Run every benchmark (client decision, replay, batching, preemption, ingest) and write
+    one JSON table to --out/bench.json; exit 1 if any benchmark failed to run."""
+    from bench.common import broker
+
+    chosen = [b for b in BENCHES if only is None or b.name in only.split(",")]
+    unknown = set(only.split(",")) - {b.name for b in BENCHES} if only else set()
+    if unknown or not chosen:
+        fail(f"unknown benchmarks {sorted(unknown)}; known: {', '.join(b.name for b in BENCHES)}")
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with ExitStack() as stack:
+        bootstrap = None
+        if any(b.kafka for b in chosen):
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="surplus-bench-")))
+            bootstrap = stack.enter_context(broker(tmp))
+        for b in chosen:
+            typer.echo(f"bench {b.name} ...")
+            row = run_one(b, bootstrap, timeout)
+            rows.append(row)
+            verdict = (f"{row['value']} ({'meets' if row['meets_target'] else 'MISSES'} "
+                       f"{row['target']})" if row["ok"] else f"FAILED: {row['error']}")
+            typer.echo(f"bench {b.name}: {b.metric} = {verdict} in {row['seconds']}s")
+    table = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+             "created_unix_s": int(time.time()), "benchmarks": rows}
+    (out / "bench.json").write_text(json.dumps(table, indent=2) + "\n")
+    typer.echo(f"table: {out / 'bench.json'}")
+    failed = [r["bench"] for r in rows if not r["ok"]]
+    missed = [r["bench"] for r in rows if r["ok"] and r["meets_target"] is False]
+    if failed:
+        fail(f"benchmarks failed to run: {', '.join(failed)}")
+    if strict and missed:
+        fail(f"benchmarks missed their targets: {', '.join(missed)}")
