@@ -238,8 +238,11 @@ class EventLogReader:
         versions = SUPPORTED_VERSIONS
         last_ts = -1
         number = 0
+        lines: Iterator[bytes] | IO[bytes]
+        raw = self.path.open("rb")
+        lines = _zst_lines(raw) if self.path.suffix == ".zst" else raw
         try:
-            for number, line in enumerate(iter_lines(self.path), 1):
+            for number, line in enumerate(lines, 1):
                 try:
                     event: AnyEvent = decode(line)
                 except (msgspec.ValidationError, msgspec.DecodeError):
@@ -260,6 +263,7 @@ class EventLogReader:
             self._bad(number + 1, f"unreadable: {exc}")
         finally:
             self.lines = number
+            raw.close()
 
     def _bad(self, number: int, reason: str) -> None:
         if self.strict:

@@ -84,7 +84,7 @@ class ControlDriver:
         self.last_tick_ms: int | None = None
         self._next_tick = -math.inf
         self._floor = -math.inf
-        self._pending = False
+        self._late_since = False
 
     # -- the clock ---------------------------------------------------------------------------
 
@@ -97,7 +97,9 @@ class ControlDriver:
 
     def finish(self) -> None:
         """Close the last, partial period if events arrived after the last tick."""
-        if self._pending and self.first_ts is not None:
+        if self.first_ts is None or self.last_ts is None:
+            return
+        if self.last_tick_ms is None or self.last_ts > self.last_tick_ms or self._late_since:
             self._tick(int(self._next_tick))
 
     def _tick(self, tick_ms: int) -> None:
@@ -105,7 +107,7 @@ class ControlDriver:
         self.last_tick_ms = tick_ms
         self._floor = tick_ms
         self._next_tick = tick_ms + self.period_ms
-        self._pending = False
+        self._late_since = False
         for scope in sorted(self.controllers):
             controller = self.controllers[scope]
             targets = controller.tick(tick_ms)
@@ -129,7 +131,6 @@ class ControlDriver:
         ts = event.ts
         if ts > self._next_tick or ts < self._floor:
             ts = self._clock_slow(ts)
-        self._pending = True
         self.last_ts = ts
         cls = type(event)
         if cls is TelemetryEvent:
@@ -177,6 +178,7 @@ class ControlDriver:
             self.advance(ts - 1)
         if ts < self._floor:
             self.late += 1
+            self._late_since = True
             return int(self._floor)
         return ts
 
@@ -419,10 +421,14 @@ def replay_offline(log: str | Path, config: ControlConfig, out_dir: str | Path, 
     meter = Progress(f"replay {label or log.name}", enabled=progress)
     try:
         feed = driver.feed
-        for n, event in enumerate(reader, 1):
-            feed(event)
-            if not n & 0xFFFF:
-                meter.update(f"{n:,} events")
+        if progress:
+            for n, event in enumerate(reader, 1):
+                feed(event)
+                if not n & 0xFFFF:
+                    meter.update(f"{n:,} events")
+        else:
+            for event in reader:
+                feed(event)
         driver.finish()
     finally:
         output.close()
