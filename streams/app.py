@@ -69,6 +69,8 @@ def create_app(kafka: KafkaSettings | None = None, settings: ControlPlaneSetting
         broker_commit_every=1000,
         broker_commit_interval=1.0,
         stream_wait_empty=False,
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
         producer_linger=0.0,
         # Keeps Faust's own partition assignor (co-partitioned assignment, assigned_actives);
         # with no tables and no standbys Faust falls back to round-robin.

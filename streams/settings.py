@@ -22,6 +22,10 @@ class ControlPlaneSettings(BaseSettings):
     metrics_port: int = Field(default=0, ge=0, le=65535)
     data_dir: Path = Path(".surplus/control")
     loglevel: str = "warning"
+    #: How long the group waits for a silent member before handing its partitions on: the time
+    #: scopes go without targets after a control-plane process dies without leaving (kill -9,
+    #: a lost machine). Faust's default of 60 s outlives a typical targets TTL.
+    session_timeout_s: float = Field(default=10.0, ge=6.0, le=300.0)
     #: Shared HMAC key: when set, every ControlTargets published is signed with it
     #: (receivers configured with the same key drop unsigned or forged targets).
     signing_key: SecretStr | None = None
