@@ -103,6 +103,10 @@ class LoadMetrics:
         self.optional = Counter("surplus_loadgen_optional_units",
                                 "Extra candidates: sent, scored", ["kind"],
                                 registry=self.registry)
+        self.fate = Counter("surplus_loadgen_optional_fate_units",
+                            "Extra candidates on offer by what became of them: done, "
+                            "worker/<shed reason>, client/<cut reason>, untargeted/<why>",
+                            ["fate"], registry=self.registry)
         self.value = Counter("surplus_loadgen_incremental_value",
                              "True incremental value delivered", ["lever"],
                              registry=self.registry)
@@ -241,6 +245,9 @@ class LoadGenerator:
             for key, n in fate.items():
                 if n:
                     s.fate[key] = s.fate.get(key, 0) + n
+        for key, n in fate.items():
+            if n:
+                self.metrics.fate.labels(key).inc(n)
             s.requests += 1
             s.powerful += resp.model == "powerful"
             s.fell_back += fell_back is not None
@@ -283,6 +290,8 @@ class LoadGenerator:
                 delta = n - self._cuts_seen.get(key, 0)
                 if delta:
                     s.fate[f"client/{key.removeprefix('rma_shed/')}"] = delta
+                    self.metrics.fate.labels(f"client/{key.removeprefix('rma_shed/')}").inc(
+                        delta)
         sbm = {k: n - self._cuts_seen.get(k, 0) for k, n in cuts.items()
                if k.startswith("sbm_shed/")}
         self._cuts_seen = cuts
