@@ -1,0 +1,123 @@
+"""The demo's numbers of record, computed from recorded events: SLA windows judged like the
+control plane judges them, targets in force (zero once expired), capacity on the books, and the
+preemption-reaction p99 read from histogram buckets the way Prometheus reads them."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from schemas.contract import (
+    CapacityEvent,
+    ControlTargets,
+    PreemptionNotice,
+    RmaTarget,
+    SbmTarget,
+    WindowReport,
+)
+from schemas.sketch import new_sketch, to_wire
+from surplus.demo import analysis
+from surplus.demo.analysis import RunInfo, Telemetry
+
+T0 = 1_700_000_000_000
+
+
+def info(**kw: object) -> RunInfo:
+    base: dict[str, object] = dict(
+        scenario="t", region="eu1", start_ms=T0, end_ms=T0 + 10_000, duration_s=10.0,
+        period_ms=2000, min_samples=20, sla_p99_ms=50.0, sbm_sla_p99_ms=80.0,
+        base_candidates=16, phases=[], storms=[], replicas=[])
+    base.update(kw)
+    return RunInfo(**base)  # type: ignore[arg-type]
+
+
+def report(end_ms: int, latencies: list[float], pool: str = "eu1/rank/baseline/cpu/baseline",
+           model: str = "baseline") -> WindowReport:
+    sketch = new_sketch()
+    for ms in latencies:
+        sketch.add(ms)
+    return WindowReport(
+        pool_id=pool, worker_id="w", region="eu1", service="rank", model=model,  # type: ignore[arg-type]
+        tier="baseline", accelerator="cpu", window_start_ms=end_ms - 1000, window_end_ms=end_ms,
+        requests=len(latencies), baseline_requests=len(latencies), latency_ms=to_wire(sketch),
+        optional_units_done=5, optional_units_shed={"preemption": 2})
+
+
+def test_a_window_is_violated_only_with_enough_samples_over_the_sla() -> None:
+    run = info()
+    tel = Telemetry()
+    analysis._telemetry(tel, report(T0 + 1000, [5.0] * 30), run)            # window 0: fine
+    analysis._telemetry(tel, report(T0 + 3000, [5.0] * 25 + [90.0] * 5), run)  # window 1: over
+    analysis._telemetry(tel, report(T0 + 5000, [200.0] * 10), run)         # window 2: too few
+    windows = analysis.ranking_windows(tel, run)
+    assert [(w.judged, w.violated) for w in windows] == [
+        (True, False), (True, True), (False, False), (False, False), (False, False)]
+    assert windows[1].p99_ms is not None and windows[1].p99_ms > 50.0
+
+
+def test_the_worst_pool_decides_a_window() -> None:
+    run = info()
+    tel = Telemetry()
+    analysis._telemetry(tel, report(T0 + 1000, [5.0] * 30), run)
+    analysis._telemetry(tel, report(T0 + 1500, [70.0] * 30, pool="eu1/rank/baseline/cpu/opp"), run)
+    assert analysis.ranking_windows(tel, run)[0].violated
+
+
+def test_reports_outside_the_load_phase_are_not_judged_but_their_work_counts() -> None:
+    run = info()
+    tel = Telemetry()
+    analysis._telemetry(tel, report(T0 - 500, [500.0] * 50), run)  # warm-up, before the start
+    assert not any(w.judged for w in analysis.ranking_windows(tel, run))
+    assert tel.done["rma"] == 5 and tel.shed["preemption"] == 2
+
+
+def test_targets_count_as_zero_once_their_ttl_has_passed() -> None:
+    run = info()
+    t = ControlTargets(scope="eu1", epoch=1, issued_at_ms=T0 + 1000, ttl_ms=3000,
+                       rma=RmaTarget(extra_candidates=40, budget_units_per_s=1.0),
+                       sbm=SbmTarget(coverage=0.5))
+    series = analysis.targets_series([t], run)
+    assert series["extra_candidates"] == ([1.0, 4.0], [40, 0.0])
+    assert math.isclose(analysis.time_weighted_mean(series["extra_candidates"], 0.0, 10.0), 12.0)
+    assert math.isclose(analysis.time_weighted_mean(series["coverage"], 0.0, 10.0), 0.15)
+
+
+def test_capacity_on_the_books_drops_at_the_notice_not_the_deadline() -> None:
+    run = info()
+    grant = CapacityEvent(event_id="g", ts_ms=T0 + 1000, region="eu1", pool_id="p", kind="grant",
+                          accelerator="cpu", accelerator_units=2.0, cpu_units=8.0,
+                          expires_at_ms=T0 + 60_000)
+    notice = PreemptionNotice(notice_id="n", ts_ms=T0 + 5000, region="eu1", pool_id="p",
+                              deadline_ms=T0 + 6000)
+    _, ys = analysis.lent_series([(grant.ts_ms, "capacity", grant),
+                                   (notice.ts_ms, "preemption", notice)], run, step_ms=1000)
+    assert ys == [0.0, 2.0, 2.0, 2.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+
+
+def test_histogram_quantile_interpolates_like_prometheus() -> None:
+    buckets = [(0.001, 0.0), (0.002, 50.0), (0.005, 100.0), (math.inf, 100.0)]
+    assert math.isclose(analysis.histogram_quantile(0.5, buckets) or 0, 0.002)
+    assert math.isclose(analysis.histogram_quantile(0.99, buckets) or 0, 0.002 + 0.003 * 0.98)
+    assert analysis.histogram_quantile(0.99, []) is None
+    over = [(0.001, 0.0), (math.inf, 4.0)]
+    assert analysis.histogram_quantile(0.99, over) == 0.001  # past the last bound: that bound
+
+
+def test_reaction_buckets_sum_over_workers() -> None:
+    text = ('surplus_worker_preemption_reaction_seconds_bucket{le="0.005"} 1.0\n'
+            'surplus_worker_preemption_reaction_seconds_bucket{le="+Inf"} 2.0\n'
+            'surplus_worker_preemptions_total 2.0\n')
+    buckets = analysis.reaction_buckets({"a": text, "b": text})
+    assert buckets == [(0.005, 2.0), (math.inf, 4.0)]
+
+
+def test_client_windows_take_only_requests_the_ranking_pool_served() -> None:
+    run = info(min_samples=3)
+    t = np.array([0.1, 0.2, 0.3, 0.4, 2.1])
+    req = analysis.Requests(t_s=t, latency_ms=np.array([1.0, 2.0, 3.0, 100.0, 5.0]),
+                            ok=np.array([True, True, True, True, True]),
+                            model=["baseline", "baseline", "baseline", "powerful", "baseline"],
+                            errors={})
+    xs, ys = analysis.client_windows(req, run)
+    assert xs == [0.0] and ys[0] < 3.0
