@@ -92,18 +92,20 @@ class Fleet:
         assert self.load is not None, "Fleet.start() first"
         return self.load
 
-    def warm_up(self, timeout_s: float = 60.0, powerful: bool = True) -> float:
-        """Wait until optional work flows (RMA extras, and SBM requests when there is a powerful
-        pool); returns the load time at which it did."""
+    def warm_up(self, timeout_s: float = 60.0, rma: bool = True, sbm: bool = True) -> float:
+        """Wait until optional work flows: RMA extra candidates scored, and requests served by
+        the powerful pool when there is one; returns the load time at which it did."""
         deadline = time.monotonic() + timeout_s
+        sbm = sbm and self.powerful > 0
         while time.monotonic() < deadline:
             self.assert_alive()
             recent = self.runner.window(max(0.0, self.runner.now() - 3.0))
-            if recent.optional_done > 0 and (not powerful or not self.powerful
-                                             or recent.served_powerful > 0):
+            if (not rma or recent.optional_done > 0) and (not sbm or recent.served_powerful):
                 return self.runner.now()
             time.sleep(0.5)
-        raise AssertionError("optional work never started:\n"
+        recent = self.runner.window(max(0.0, self.runner.now() - 3.0))
+        raise AssertionError(f"optional work never started: {recent.line('last 3 s')}\n"
+                             f"{self.runner.client_summary()}\n"
                              + "\n".join(p.output()[-1500:] for p in self.procs()))
 
     def procs(self) -> list[Proc]:

@@ -64,6 +64,9 @@ class Window:
     baseline_p99_ms: float = 0.0
     fallback_max_ms: float = 0.0
 
+    # optional_done counts RMA extra candidates scored (units); SBM work is counted in requests
+    # (served_powerful), a different unit.
+
     def __post_init__(self) -> None:
         picked = [s for s in self.samples if self.t0 <= s.t < self.t1]
         self.sent = len(picked)
@@ -130,6 +133,7 @@ class LoadRunner:
         self.dropped_by_generator = 0
         self.client: RankingClient | None = None
         self.summary: dict[str, Any] = {}
+        self.stopped_at: float | None = None
         self._rng = random.Random(seed)
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -153,6 +157,8 @@ class LoadRunner:
     def stop(self) -> None:
         """Stop sending, wait for what is in flight, close the client (its Kafka clients too:
         a closed-over producer would keep reconnecting to a broker the test has stopped)."""
+        if self.stopped_at is None:
+            self.stopped_at = self.now()
         self._stop.set()
         self._thread.join(30)
         if self._failed is not None:
@@ -162,7 +168,9 @@ class LoadRunner:
             self.client = None
 
     def window(self, t0: float, t1: float | None = None) -> Window:
-        return Window(t0, self.now() if t1 is None else t1, list(self.samples))
+        """Samples started in [t0, t1); t1 defaults to now, or to when the load stopped."""
+        end = self.stopped_at if self.stopped_at is not None else self.now()
+        return Window(t0, end if t1 is None else t1, list(self.samples))
 
     def in_flight(self) -> int:
         return self._in_flight

@@ -1,0 +1,88 @@
+"""Workers killed with SIGKILL while requests sit in their batches.
+
+A powerful (opportunistic) replica dies: requests routed to it fall back to the baseline pool
+within their deadline. Then a baseline replica dies with requests in flight: the client loses
+the connection, retries those on the other baseline replica (scoring has no side effects) and
+counts every retry, so no baseline request is lost; later requests skip the dead replica.
+
+The killed replicas batch with a long window (100 ms) so that the kill lands mid-batch: the
+test waits until a scrape shows requests in flight there, then kills at once.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from schemas.kafka_config import KafkaSettings
+from tests.faults.conftest import Figures
+from tests.faults.fleet import Fleet, figures_of
+from tests.integration.fleet import WorkerProc, metric
+
+pytestmark = [pytest.mark.kafka, pytest.mark.faults, pytest.mark.slow]
+
+SLOW_BATCH = {"max_wait_ms": 100.0}
+DEADLINE_MS = 250.0
+
+
+def _kill_mid_batch(worker: WorkerProc, timeout_s: float = 20.0) -> float:
+    """SIGKILL `worker` right after it reports requests in flight; returns how many it had."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        in_flight = metric(worker.metrics(), "surplus_worker_in_flight_requests")
+        if in_flight >= 1:
+            worker.kill()
+            return in_flight
+        time.sleep(0.005)
+    worker.kill()
+    return 0.0
+
+
+def test_workers_killed_mid_batch_lose_no_baseline_request(
+        kafka: KafkaSettings, tmp_path: Path, figures: Figures, stopping: list[Fleet]) -> None:
+    fleet = Fleet(tmp_path, kafka, baseline=2, powerful=1, rate_rps=50.0,
+                  deadline_ms=DEADLINE_MS,
+                  worker_overrides={"b2": SLOW_BATCH, "p1": SLOW_BATCH},
+                  control_extra="[sbm]\nmax_increase_per_period = 0.2\n")
+    stopping.append(fleet)
+    fleet.start()
+    load = fleet.runner
+    warm = fleet.warm_up(rma=False)
+    time.sleep(3)
+
+    p1_at = load.now()
+    p1_in_flight = _kill_mid_batch(fleet.workers["p1"])
+    time.sleep(4)
+    b2_at = load.now()
+    b2_in_flight = _kill_mid_batch(fleet.workers["b2"])
+    time.sleep(5)
+    fleet.assert_alive(fleet.workers["p1"], fleet.workers["b2"])
+    summary = load.client_summary()
+    fleet.stop()
+
+    decisions = summary["decisions"]
+    retries = decisions.get("baseline_retry", {})
+    after_p1 = load.window(p1_at, b2_at)
+    after_b2 = load.window(b2_at)
+    whole = load.window(warm)
+    figures.add("before", figures_of(load.window(warm, p1_at)))
+    figures.add("powerful replica p1 killed", figures_of(after_p1))
+    figures.add("baseline replica b2 killed", figures_of(after_b2))
+    figures.add("in flight at kill (worker's own gauge)", {"p1": p1_in_flight,
+                                                            "b2": b2_in_flight})
+    figures.add("client fallbacks / baseline retries / baseline lost",
+                {"fallback": decisions.get("fallback", {}), "baseline_retry": retries,
+                 "baseline_failed": decisions.get("baseline_failed", {})})
+    figures.add("slowest fallback ms (deadline 250)", round(whole.fallback_max_ms, 1))
+
+    # No baseline request lost: the ones in flight on b2 were retried, and counted.
+    assert whole.lost == {} and whole.served == whole.sent, whole.lost
+    assert b2_in_flight >= 1 and retries.get("disconnected", 0) >= 1, retries
+    assert "baseline_failed" not in decisions
+    # The powerful replica's requests fell back to baseline within their deadline.
+    assert sum(after_p1.fallbacks.values()) >= 1 and after_p1.served_powerful == 0
+    assert whole.fallback_max_ms <= DEADLINE_MS
+    # The dead baseline replica is skipped: at most one retry per second of it being gone.
+    assert retries.get("connection", 0) <= after_b2.seconds + 2
