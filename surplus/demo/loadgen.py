@@ -242,12 +242,6 @@ class LoadGenerator:
                  extra_scored: int, fell_back: str | None, segment: str, value: float,
                  gain_rma: float, gain_sbm: float, fate: dict[str, int]) -> None:
         for s in (self._second, self.totals):
-            for key, n in fate.items():
-                if n:
-                    s.fate[key] = s.fate.get(key, 0) + n
-        for key, n in fate.items():
-            if n:
-                self.metrics.fate.labels(key).inc(n)
             s.requests += 1
             s.powerful += resp.model == "powerful"
             s.fell_back += fell_back is not None
@@ -257,6 +251,12 @@ class LoadGenerator:
             s.gain += gain_rma + gain_sbm
             s.gain_rma += gain_rma
             s.gain_sbm += gain_sbm
+            for key, n in fate.items():
+                if n:
+                    s.fate[key] = s.fate.get(key, 0) + n
+        for key, n in fate.items():
+            if n:
+                self.metrics.fate.labels(key).inc(n)
         self._second.latencies.append(latency_ms)
         m = self.metrics
         m.requests.labels("ok").inc()

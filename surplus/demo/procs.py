@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
@@ -100,14 +101,14 @@ class Child:
         return "\n".join(text[-lines:])
 
 
-def wait_until(predicate: object, timeout_s: float, interval_s: float = 0.25,
-               stop: object = None) -> bool:
+def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.25,
+               stop: Callable[[], bool] | None = None) -> bool:
     """Poll ``predicate()`` until true, ``timeout_s`` passes or ``stop()`` is true."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if callable(stop) and stop():
+        if stop is not None and stop():
             return False
-        if callable(predicate) and predicate():
+        if predicate():
             return True
         time.sleep(interval_s)
     return False

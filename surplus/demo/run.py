@@ -30,6 +30,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -240,9 +241,9 @@ class Demo:
                 "--loglevel", "warning"])
         self.say(f"workers: starting {len(self.replicas)} (torch models load in each)")
         for r in self.replicas:
-            ok = wait_until(lambda r=r: self._ready(r.worker_id), 180.0, 0.5,
-                            stop=self._stopping)
+            ok = wait_until(partial(self._ready, r.worker_id), 180.0, 0.5, stop=self._stopping)
             self._check()
+            self._check_alive()
             if not ok:
                 raise DemoError(f"worker {r.worker_id} not ready within 180s:\n"
                                 f"{self.children[r.worker_id].tail()}")
@@ -330,10 +331,15 @@ class Demo:
         self._progress()
 
     def _check_alive(self) -> None:
+        """A child that died means the run is broken; the scheduler and the load generator
+        may end on their own (status 0) when their timeline is over, a moment before ours."""
         for name, child in self.children.items():
-            if not child.alive() and name not in ("prometheus",):
-                raise DemoError(f"{name} exited with status {child.popen and child.popen.poll()}"
-                                f":\n{child.tail()}")
+            if child.alive() or name == "prometheus":
+                continue
+            status = child.popen.poll() if child.popen else None
+            if status == 0 and name in ("scheduler", "loadgen"):
+                continue
+            raise DemoError(f"{name} exited with status {status}:\n{child.tail()}")
 
     def _progress(self) -> None:
         now = wall_ms()
@@ -381,7 +387,7 @@ class Demo:
         self._stop_child("loadgen", signal.SIGTERM, 5 if quick() else 40)
         if self.start_ms and not self.end_ms:
             self.end_ms = wall_ms()
-        self.end_ms = min(self.end_ms or wall_ms(), wall_ms())
+        self.end_ms = max(self.start_ms, min(self.end_ms or wall_ms(), wall_ms()))
         self._stop_child("scheduler", signal.SIGTERM, 5 if quick() else 20)
         self._scrape_workers()
         workers = [r.worker_id for r in getattr(self, "replicas", [])]
