@@ -114,24 +114,35 @@ class WorkerProc(Proc):
 
     def metrics(self) -> dict[str, float]:
         """Every sample of /metrics as `name{label="v",...}` -> value."""
-        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as resp:
-            text = resp.read().decode()
-        out: dict[str, float] = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
-                out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
-        return out
+        return scrape(self.url + "/metrics")
 
 
 class ControlProc(Proc):
     """One `surplus control-plane` process (a Faust worker) of consumer group `app_id`."""
 
+    def metrics(self) -> dict[str, float]:
+        return scrape(f"http://127.0.0.1:{self.metrics_port}/metrics")
+
+    def published(self) -> dict[str, float]:
+        """ControlTargets this process published, by scope (0 while its metrics are not up)."""
+        try:
+            samples = self.metrics()
+        except OSError:
+            return {}
+        out: dict[str, float] = {}
+        for key, value in samples.items():
+            if key.startswith("surplus_control_targets_total{"):
+                scope = key.split('scope="', 1)[1].split('"', 1)[0]
+                out[scope] = out.get(scope, 0.0) + value
+        return out
+
     def __init__(self, tmp_path: Path, name: str, kafka: KafkaSettings, *, app_id: str,
                  config: Path, env: dict[str, str] | None = None, partitions: int = 2,
                  flags: bool = True, args: list[str] | None = None) -> None:
         self.name = name
+        self.metrics_port = localkafka.free_port()
         cmd = ["control-plane", "--config", str(config), "--app-id", app_id,
+               "--metrics-port", str(self.metrics_port),
                "--partitions", str(partitions), "--data-dir", str(tmp_path / "state" / name),
                "--loglevel", "warning"]
         if flags:
@@ -140,13 +151,25 @@ class ControlProc(Proc):
 
 
 def grant(kafka: KafkaSettings, pool_id: str, units: float = 8.0, cpu: float = 64.0,
-          event_id: str | None = None) -> None:
+          event_id: str | None = None, region: str = REGION) -> None:
     """The scheduler's grant of opportunistic capacity to `pool_id` for ten minutes."""
     now = int(time.time() * 1000)
-    publish(kafka, "capacity", [(REGION, CapacityEvent(
-        event_id=event_id or f"grant-{pool_id}-{now}", ts_ms=now, region=REGION,
+    publish(kafka, "capacity", [(region, CapacityEvent(
+        event_id=event_id or f"grant-{pool_id}-{now}", ts_ms=now, region=region,
         pool_id=pool_id, kind="grant", accelerator="a100", accelerator_units=units,
         cpu_units=cpu, expires_at_ms=now + 600_000))])
+
+
+def scrape(url: str) -> dict[str, float]:
+    """Every sample of a Prometheus endpoint as `name{label="v",...}` -> value."""
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return out
 
 
 def metric(samples: dict[str, float], name: str, **labels: str) -> float:
