@@ -67,6 +67,8 @@ def summarize(info: RunInfo, rec: Recorded | None, req: Requests | None,
     p99 = analysis.histogram_quantile(0.99, buckets)
     out["notice_to_shed_p99_ms"] = None if p99 is None else round(p99 * 1000.0, 3)
     out["notice_to_shed_reactions"] = int(buckets[-1][1]) if buckets else 0
+    mean = analysis.reaction_mean_s(metrics)
+    out["notice_to_shed_mean_ms"] = None if mean is None else round(mean * 1000.0, 3)
     out["notice_to_shed_method"] = (
         "PreemptionNotice ts_ms to optional work stopped, summed over the workers' "
         "surplus_worker_preemption_reaction_seconds histograms, p99 interpolated in its bucket")
@@ -355,7 +357,8 @@ HEADLINE = ("baseline_requests_total", "baseline_requests_failed",
             "baseline_sla_violation_windows", "baseline_windows_judged", "sla_p99_ms",
             "baseline_p99_ms_worst_window", "baseline_p99_ms_median_window",
             "optional_units_done", "optional_units_shed", "incremental_value",
-            "notice_to_shed_p99_ms", "coverage_mean", "extra_candidates_mean",
+            "notice_to_shed_p99_ms", "notice_to_shed_mean_ms", "coverage_mean",
+            "extra_candidates_mean",
             "extra_candidates_sent_mean", "requests_served_by_powerful_model",
             "powerful_fallbacks", "preemption_notices", "targets_published",
             "client_latency_p99_ms", "interrupted")

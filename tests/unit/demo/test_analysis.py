@@ -110,6 +110,9 @@ def test_reaction_buckets_sum_over_workers() -> None:
             'surplus_worker_preemptions_total 2.0\n')
     buckets = analysis.reaction_buckets({"a": text, "b": text})
     assert buckets == [(0.005, 2.0), (math.inf, 4.0)]
+    text += ("surplus_worker_preemption_reaction_seconds_sum 0.006\n"
+             "surplus_worker_preemption_reaction_seconds_count 2.0\n")
+    assert math.isclose(analysis.reaction_mean_s({"a": text, "b": text}) or 0, 0.003)
 
 
 def test_client_windows_take_only_requests_the_ranking_pool_served() -> None:
