@@ -102,8 +102,11 @@ def bench(
         "--strict", help="Exit 1 when a benchmark misses its target, not only when it fails.")]
     = False,
 ) -> None:
-    """Run every benchmark (client decision, replay, batching, preemption, ingest) and write
-    one JSON table to --out/bench.json; exit 1 if any benchmark failed to run."""
+    """Run every benchmark and write one JSON table (--out/bench.json).
+
+    Client decision, offline replay, dynamic batching, preemption reaction and control-plane
+    ingest; exits 1 if any benchmark failed to run.
+    """
     from bench.common import broker
 
     chosen = [b for b in BENCHES if only is None or b.name in only.split(",")]

@@ -30,9 +30,12 @@ def demo(
         "--report", help="Only rebuild summary.json, plots and report.html from --out.")]
     = False,
 ) -> None:
-    """Start Kafka (unless given), the control plane, baseline and opportunistic workers, the
-    capacity scheduler (with a preemption storm) and the load generator; show progress; stop
-    everything; write summary.json, report.html with plots and the event log to --out."""
+    """Run the whole system on this machine for a while, then report what it gained.
+
+    Starts Kafka (unless given), the control plane, baseline and opportunistic workers, the
+    capacity scheduler (with a preemption storm) and the load generator; shows progress; stops
+    everything; writes summary.json, report.html with plots and the event log to --out.
+    """
     from surplus.demo import report
     from surplus.demo.run import Demo, DemoOptions, verdict
 

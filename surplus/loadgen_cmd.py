@@ -37,8 +37,11 @@ def loadgen(
     bootstrap: Bootstrap = None,
     prefix: Prefix = None,
 ) -> None:
-    """Send requests following the scenario's arrivals (e.g. the Azure trace) through
-    RankingClient until the duration ends or SIGTERM / Ctrl-C; write the counters to --out."""
+    """Send a scenario's traffic (e.g. the Azure trace) through the ranking client.
+
+    Runs until the duration ends or SIGTERM / Ctrl-C, then writes requests.csv, loadgen.jsonl
+    and loadgen.json to --out.
+    """
     from sim.scenario import ScenarioError
     from surplus.demo import plan
     from surplus.demo.loadgen import run_loadgen, wall_ms

@@ -25,8 +25,11 @@ def scheduler(
     bootstrap: Bootstrap = None,
     prefix: Prefix = None,
 ) -> None:
-    """Send CapacityEvent grants, renewals and revokes and PreemptionNotices (storms included)
-    from a scenario, in real time, until its end or SIGTERM / Ctrl-C; then revoke what is lent."""
+    """Lend and reclaim opportunistic capacity on a scenario's timeline.
+
+    Sends CapacityEvent grants, renewals and revokes and PreemptionNotices (storms included)
+    in real time until the timeline ends or SIGTERM / Ctrl-C, then revokes what is still lent.
+    """
     from sim.scenario import ScenarioError
     from surplus.demo import plan, schedule
     from surplus.demo.scheduler import Scheduler, wall_ms
