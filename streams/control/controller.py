@@ -27,6 +27,7 @@ in between cannot make a restored controller reuse an epoch already on the wire.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import msgspec
@@ -101,6 +102,13 @@ def decode_state(payload: bytes | str) -> ControllerState:
     if state.version != STATE_VERSION:
         raise ValueError(f"controller state version {state.version} is not {STATE_VERSION}")
     return state
+
+
+def _grid_up(units: float, steps_per_octave: int = 16) -> float:
+    """`units` rounded up to the next point of a geometric grid (0 stays 0)."""
+    if units <= 0.0:
+        return 0.0
+    return float(2.0 ** (math.ceil(math.log2(units) * steps_per_octave) / steps_per_octave))
 
 
 class ScopeController:
@@ -250,6 +258,9 @@ class ScopeController:
         RMA: enough to pay for ``max_extra_candidates`` on every ranking request. SBM: enough
         to serve ``max_coverage`` of all requests within the headroom. Capacity past these is
         worth nothing now, so the allocator does not hand it to a lever that cannot use it.
+        Demand is rounded *up* to a geometric grid (steps of 1/16 octave, about 4.4%): traffic
+        jitters every period, and re-solving the LP for a 1% change in demand cost a millisecond
+        per tick (a third of the offline replay's time) without changing the split materially.
         """
         rma, sbm, seen = self.config.rma, self.config.sbm, self._observed
         per_unit = min(self.config.allocator.cpu_per_accel_for_rma * rma.candidates_per_cpu_unit_s,
@@ -257,7 +268,7 @@ class ScopeController:
         rma_units = rma.max_extra_candidates * seen.ranking_rps / per_unit
         sbm_units = (sbm.max_coverage * seen.total_rps
                      / (sbm.headroom * sbm.powerful_rps_per_accel_unit))
-        return round(rma_units, 9), round(sbm_units, 9)
+        return _grid_up(rma_units), _grid_up(sbm_units)
 
     def _emit(self, now_ms: int, rma: RmaTarget, sbm: SbmTarget, reason: Reason) -> ControlTargets:
         self._epoch += 1
