@@ -52,13 +52,13 @@ def _listening_ports() -> set[int]:
 
 
 def _demo(kafka_bootstrap: str, out: Path, prefix: str, duration: int,
-          log: Path) -> subprocess.Popen[bytes]:
+          log: Path, *extra: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}
     with log.open("wb") as fh:
         return subprocess.Popen(
             [sys.executable, "-m", "surplus.cli", "demo", "--duration", str(duration),
-             "--out", str(out), "--prefix", prefix], stdout=fh, stderr=subprocess.STDOUT,
-            env=env)
+             "--out", str(out), "--prefix", prefix, *extra], stdout=fh,
+            stderr=subprocess.STDOUT, env=env)
 
 
 def _wait_gone(marker: str, timeout_s: float = 10.0) -> list[tuple[int, str]]:
@@ -74,10 +74,11 @@ def test_short_demo_reports_clean_baseline_and_leaves_nothing_behind(
         kafka_bootstrap: str, tmp_path: Path) -> None:
     prefix = f"t{uuid.uuid4().hex[:8]}.demo."
     out = tmp_path / "demo"
-    proc = _demo(kafka_bootstrap, out, prefix, 40, tmp_path / "demo.log")
+    proc = _demo(kafka_bootstrap, out, prefix, 40, tmp_path / "demo.log", "--prometheus")
     rc = proc.wait(300)
     output = (tmp_path / "demo.log").read_text(errors="replace")
     assert rc == 0, output[-3000:]
+    assert "prometheus:" in output  # started it, or said why not and went on
 
     summary = json.loads((out / "summary.json").read_text())
     for key in SUMMARY_KEYS:
