@@ -145,6 +145,8 @@ def explain(line: bytes) -> str:
         return f"envelope: {exc}"
     except msgspec.DecodeError as exc:
         return f"malformed JSON ({exc})"
+    except RecursionError:
+        return "JSON nested too deeply"
     if envelope.topic not in VALUE_TYPES:
         return f"unknown topic {envelope.topic!r} at `$.topic` (known: {', '.join(TOPICS)})"
     try:
@@ -158,7 +160,7 @@ def decode_line(line: bytes) -> AnyEvent:
     """One line -> one typed event; ContractError (naming the field) when it is not valid."""
     try:
         event: AnyEvent = _decoder.decode(line)
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         raise ContractError("event", explain(line)) from None
     if event.value.v not in SUPPORTED_VERSIONS:
         raise ContractError("event", f"{event.topic} value: unknown schema version "
@@ -245,7 +247,7 @@ class EventLogReader:
             for number, line in enumerate(lines, 1):
                 try:
                     event: AnyEvent = decode(line)
-                except (msgspec.ValidationError, msgspec.DecodeError):
+                except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
                     if line.strip():
                         self._bad(number, explain(line))
                     continue

@@ -45,6 +45,8 @@ class ScopeRegistry:
         self.stored: dict[str, StoredScope] = {}
         self.entries: dict[str, Entry] = {}
         self.restored_partitions: set[int] = set()
+        #: Scopes whose stored state could not be used (corrupt record), with the reason.
+        self.skipped: dict[str, str] = {}
 
     def get(self, scope: str, partition: int) -> Entry:
         entry = self.entries.get(scope)
@@ -56,10 +58,13 @@ class ScopeRegistry:
 
     def _load(self, scope: str, partition: int) -> Entry:
         stored = self.stored.get(scope)
-        if stored is None:
-            return Entry(ScopeController(scope, self.config), partition, 0)
-        return Entry(ScopeController(scope, self.config, stored.state), partition,
-                     stored.last_tick_ms)
+        if stored is not None:
+            try:
+                return Entry(ScopeController(scope, self.config, stored.state), partition,
+                             stored.last_tick_ms)
+            except ValueError as exc:  # a record of another scope or state version
+                self.skipped[scope] = str(exc)[:300]
+        return Entry(ScopeController(scope, self.config), partition, 0)
 
     def save(self, scope: str) -> StoredScope:
         """Snapshot a scope's controller; the caller writes it to the changelog."""
@@ -68,11 +73,23 @@ class ScopeRegistry:
         self.stored[scope] = stored
         return stored
 
-    def restore(self, values: dict[str, bytes], partitions: Iterable[int]) -> None:
-        """Take the changelog's latest values for newly assigned partitions."""
+    def restore(self, values: dict[str, bytes], partitions: Iterable[int]) -> dict[str, str]:
+        """Take the changelog's latest values for newly assigned partitions.
+
+        A value that does not decode (a corrupt or foreign record on the changelog) is skipped:
+        that scope starts afresh, at epoch 0 and with no capacity, which only lowers optional
+        work, instead of the process crashing on every assignment. Returns the skipped scopes
+        with the reason, for the caller to log and count.
+        """
+        skipped: dict[str, str] = {}
         for scope, raw in values.items():
-            self.stored[scope] = _decoder.decode(raw)
+            try:
+                self.stored[scope] = _decoder.decode(raw)
+            except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
+                skipped[scope] = f"{type(exc).__name__}: {exc}"[:300]
+        self.skipped.update(skipped)
         self.restored_partitions.update(partitions)
+        return skipped
 
     def scopes_on(self, partition: int) -> list[str]:
         """Scopes loaded or stored on a partition, including ones restored from the changelog."""

@@ -24,14 +24,13 @@ import faust
 import msgspec
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from schemas.codec import ContractError, decode, encode
+from schemas.codec import ContractError, decode, decode_telemetry, encode
 from schemas.contract import (
     CapacityEvent,
     ControlTargets,
     DeadLetter,
     PreemptionNotice,
     RoutingOutcome,
-    WindowReport,
 )
 from schemas.kafka_config import KafkaSettings
 from schemas.signing import sign
@@ -63,6 +62,9 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.events = Counter("surplus_control_events_total", "Input events handled",
                               ["topic"], registry=self.registry)
+        self.reports = Counter("surplus_control_reports_total",
+                               "WindowReports merged (a telemetry message may carry a batch)",
+                               registry=self.registry)
         self.rejected = Counter("surplus_control_rejected_total",
                                 "Input events sent to the dead-letter topic", ["topic", "reason"],
                                 registry=self.registry)
@@ -72,6 +74,9 @@ class Metrics:
                            ["scope"], registry=self.registry)
         self.coverage = Gauge("surplus_control_sbm_coverage", "SBM coverage target",
                               ["scope"], registry=self.registry)
+        self.restore_skipped = Counter("surplus_control_restore_skipped_total",
+                                       "Stored scope states that could not be restored",
+                                       registry=self.registry)
         self.ticks_skipped = Counter("surplus_control_ticks_skipped_total",
                                      "Ticks not acted on, by reason", ["reason"],
                                      registry=self.registry)
@@ -131,9 +136,13 @@ class ControlPlane:
         scope = key.decode(errors="replace") if key else ""
         ts = now_ms()
         if logical == "telemetry":
-            report = decode(WindowReport, value)
-            self._check_scope(scope, report.region)
-            self.registry.get(scope, partition).controller.on_report(report, ts)
+            reports = decode_telemetry(value)
+            for report in reports:
+                self._check_scope(scope, report.region)
+            controller = self.registry.get(scope, partition).controller
+            for report in reports:
+                controller.on_report(report, ts)
+            self.metrics.reports.inc(len(reports))
         elif logical == "capacity":
             event = decode(CapacityEvent, value)
             self._check_scope(scope, event.region)
@@ -158,7 +167,11 @@ class ControlPlane:
 
     async def _ticks_agent(self, stream: faust.StreamT) -> None:
         async for event in stream.events():
-            tick = msgspec.json.decode(event.value, type=Tick)
+            try:
+                tick = msgspec.json.decode(event.value, type=Tick)
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                self.metrics.ticks_skipped.labels("undecodable").inc()
+                continue
             if now_ms() - tick.ts_ms > self.config.period_ms:
                 # Sent before a broker outage or a restart and delivered only now: acting on it
                 # would publish targets already past due (a burst of stale epochs after every
@@ -226,7 +239,9 @@ class ControlPlane:
             await self.changelog.maybe_declare()  # nobody subscribes to it, so Faust won't
             stored = await asyncio.to_thread(read_changelog, self.kafka,
                                              self.changelog.get_topic_name(), fresh)
-            self.registry.restore(stored, fresh)
+            for scope, reason in self.registry.restore(stored, fresh).items():
+                self.metrics.restore_skipped.inc()
+                log.error("state of scope %s not restored (starts afresh): %s", scope, reason)
         finally:
             for p in fresh:
                 self._restoring.pop(p).set()
