@@ -79,7 +79,7 @@ def test_broker_outage_keeps_baseline_expires_targets_and_recovers(
     before = load.window(warm, down_at)
     expired = load.window(down_at + fleet.ttl_s + 1.0, up_started)
     outage = load.window(down_at, up_at)
-    whole = load.window(0.0, load.now())
+    whole = load.window(0.0)
     figures.add("before", figures_of(before))
     figures.add("outage (broker down, then starting)", figures_of(outage))
     figures.add("after targets lapsed", figures_of(expired))

@@ -63,7 +63,7 @@ def test_control_plane_kill_9_restores_state_and_epoch_without_a_burst(
     pre = load.window(killed_at - 4.0, killed_at)
     gap = load.window(killed_at, resumed_at)
     first3 = load.window(resumed_at, resumed_at + 3.0)
-    whole = load.window(0.0, load.now())
+    whole = load.window(0.0)
     verdicts = by_label(b1, "surplus_worker_target_verdicts_total", "verdict")
     first = after[0]
     figures.add("before kill (4 s)", figures_of(pre))
