@@ -1,11 +1,15 @@
 """Control-plane ingest: WindowReports/s through the Faust control plane vs a raw consumer loop.
 
-Both sides consume the same pre-produced reports from the same telemetry topic and do the same
-work per report (strict decode, then `ScopeController.on_report`); the reference is a plain
-confluent-kafka consumer loop in this process. The ratio (reference / control plane) is what
-the target speaks of: the control plane within 2x of the raw loop, and >= 20,000 reports/s.
+Both sides consume the same pre-produced telemetry messages and do the same work per report
+(strict decode, then `ScopeController.on_report`); the reference is a plain confluent-kafka
+consumer loop in this process. `ratio` = control plane / raw loop; the targets are >= 20,000
+reports/s per process and ratio >= 0.5 (within 2x).
 
-    python -m bench.ingest [--reports N]     # uses $KAFKA_BOOTSTRAP_SERVERS or a local broker
+Faust costs tens of microseconds per *message* whatever the message holds, so the headline run
+sends batches of reports (a JSON array per message, as a host speaking for many replicas does);
+the `single` run sends one report per message, as a lone worker does, to show that cost.
+
+    python -m bench.ingest [--reports N] [--batch B]   # $KAFKA_BOOTSTRAP_SERVERS or local broker
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from bench.common import broker
-from schemas.codec import decode, encode
+from schemas.codec import decode_telemetry, encode, encode_telemetry
 from schemas.contract import WindowReport
 from schemas.kafka_config import KafkaSettings
 from schemas.sketch import new_sketch, to_wire
@@ -36,20 +40,25 @@ from surplus.topics import apply_topics
 SCOPES = ("eu1", "us2", "ap3", "sa4")
 
 
-def _reports(n: int) -> list[tuple[str, bytes]]:
+def _messages(n: int, batch: int) -> list[tuple[str, bytes]]:
+    """`n` reports over the scopes, `batch` per message (one scope per message: its key)."""
     sketch = new_sketch()
     for i in range(300):
         sketch.add(2.0 + (i % 40))
     wire = to_wire(sketch)
-    out = []
+    by_scope: dict[str, list[WindowReport]] = {s: [] for s in SCOPES}
     for i in range(n):
         scope = SCOPES[i % len(SCOPES)]
-        report = WindowReport(
-            pool_id=f"{scope}/rank/baseline/a100/baseline", worker_id=f"w{i % 100}",
+        by_scope[scope].append(WindowReport(
+            pool_id=f"{scope}/rank/baseline/a100/baseline", worker_id=f"w{i % 1000}",
             region=scope, service="rank", model="baseline", tier="baseline", accelerator="a100",
             window_start_ms=i, window_end_ms=i + 1000, requests=300, baseline_requests=300,
-            latency_ms=wire, utilisation=0.5, capacity_rps=400.0)
-        out.append((scope, encode(report)))
+            latency_ms=wire, utilisation=0.5, capacity_rps=400.0))
+    out = []
+    for scope, reports in by_scope.items():
+        for start in range(0, len(reports), batch):
+            chunk = reports[start:start + batch]
+            out.append((scope, encode(chunk[0]) if batch == 1 else encode_telemetry(chunk)))
     return out
 
 
@@ -75,24 +84,26 @@ def raw_loop(kafka: KafkaSettings, n: int) -> float:
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)
                      for p in meta.topics[topic].partitions])
     controllers = {s: ScopeController(s, ControlConfig()) for s in SCOPES}
-    seen, started = 0, 0.0
+    seen, first, started = 0, 0, 0.0
     while seen < n:
         for msg in consumer.consume(1000, 1.0):
             if msg.error():
                 continue
+            reports = decode_telemetry(msg.value())
             if not seen:
-                started = time.perf_counter()
-            report = decode(WindowReport, msg.value())
-            controllers[msg.key().decode()].on_report(report, report.window_end_ms)
-            seen += 1
+                started, first = time.perf_counter(), len(reports)
+            controller = controllers[msg.key().decode()]
+            for report in reports:
+                controller.on_report(report, report.window_end_ms)
+            seen += len(reports)
     elapsed = time.perf_counter() - started
     consumer.close()
-    return (n - 1) / elapsed
+    return (n - first) / elapsed
 
 
 def _events_seen(port: int) -> float:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
-    match = re.search(r'surplus_control_events_total\{topic="telemetry"\} ([0-9.e+]+)', text)
+    match = re.search(r"surplus_control_reports_total ([0-9.e+]+)", text)
     return float(match.group(1)) if match else 0.0
 
 
@@ -101,6 +112,7 @@ def control_plane(kafka: KafkaSettings, n: int, workdir: Path) -> float:
     from tests.integration.harness import Proc
 
     port = free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
     proc = Proc(["control-plane", "--bootstrap", kafka.bootstrap, "--prefix", kafka.prefix,
                  "--app-id", f"{kafka.prefix}bench", "--partitions", "2", "--metrics-port",
                  str(port), "--data-dir", str(workdir)], workdir / "control-plane.log")
@@ -124,27 +136,38 @@ def control_plane(kafka: KafkaSettings, n: int, workdir: Path) -> float:
         proc.stop()
 
 
-def run(reports: int = 60_000, bootstrap: str | None = None) -> dict[str, Any]:
+def measure(bootstrap: str, reports: int, batch: int, workdir: Path) -> dict[str, Any]:
+    """One configuration on fresh topics: control plane and raw loop on the same messages."""
+    kafka = KafkaSettings(bootstrap=bootstrap, prefix=f"bench{uuid.uuid4().hex[:6]}.")
+    apply_topics(kafka.confluent(), kafka.prefix, partitions_override=2)
+    messages = _messages(reports, batch)
+    _produce(kafka, messages)
+    reference = raw_loop(kafka, reports)
+    faust_rate = control_plane(kafka, reports, workdir / kafka.prefix)
+    return {"reports": reports, "messages": len(messages), "reports_per_message": batch,
+            "reports_per_s": round(faust_rate), "raw_reports_per_s": round(reference),
+            "ratio": round(faust_rate / reference, 3)}
+
+
+def run(reports: int = 200_000, batch: int = 50, single_reports: int = 20_000,
+        bootstrap: str | None = None) -> dict[str, Any]:
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
         bootstrap = bootstrap or stack.enter_context(broker(Path(tmp)))
-        kafka = KafkaSettings(bootstrap=bootstrap, prefix=f"bench{uuid.uuid4().hex[:6]}.")
-        apply_topics(kafka.confluent(), kafka.prefix, partitions_override=2)
-        _produce(kafka, _reports(reports))
-        reference = raw_loop(kafka, reports)
-        faust_rate = control_plane(kafka, reports, Path(tmp))
-    return {"bench": "ingest", "reports": reports,
-            "control_plane_reports_per_s": round(faust_rate),
-            "raw_loop_reports_per_s": round(reference),
-            "raw_over_control_plane": round(reference / faust_rate, 2),
-            "target": ">= 20000 reports/s and raw_over_control_plane <= 2"}
+        batched = measure(bootstrap, reports, batch, Path(tmp))
+        single = measure(bootstrap, single_reports, 1, Path(tmp))
+    return {"bench": "ingest", **batched, "single": single,
+            "target": ">= 20000 reports/s per process and ratio >= 0.5",
+            "meets_target": batched["reports_per_s"] >= 20_000 and batched["ratio"] >= 0.5}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--reports", type=int, default=60_000)
+    parser.add_argument("--reports", type=int, default=200_000)
+    parser.add_argument("--batch", type=int, default=50)
+    parser.add_argument("--single-reports", type=int, default=20_000)
     parser.add_argument("--bootstrap", default=None)
     args = parser.parse_args()
-    print(json.dumps(run(args.reports, args.bootstrap)))
+    print(json.dumps(run(args.reports, args.batch, args.single_reports, args.bootstrap)))
 
 
 if __name__ == "__main__":

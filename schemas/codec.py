@@ -6,11 +6,11 @@ version it does not know, and refuses payloads over a size bound before parsing 
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 import msgspec
 
-from schemas.contract import EVENT_TYPES, SCHEMA_VERSION, Event
+from schemas.contract import EVENT_TYPES, SCHEMA_VERSION, Event, WindowReport
 
 E = TypeVar("E", bound=Event)
 
@@ -87,6 +87,52 @@ _CODECS: dict[type[Event], Codec[Any]] = {t: Codec(t) for t in EVENT_TYPES}
 def codec_for(event_type: type[E]) -> Codec[E]:
     """The shared codec of an event type."""
     return _CODECS[event_type]
+
+
+TELEMETRY_BATCH_MAX = 10_000
+TELEMETRY_MAX_BYTES = 16 << 20
+_telemetry_decoder = msgspec.json.Decoder(
+    WindowReport | Annotated[list[WindowReport], msgspec.Meta(max_length=TELEMETRY_BATCH_MAX)],
+    strict=True)
+
+
+def decode_telemetry(payload: bytes | bytearray | memoryview | str) -> list[WindowReport]:
+    """A telemetry value: one WindowReport (a JSON object) or a batch of them (a JSON array).
+
+    A worker sends its own report as an object. A host or relay that speaks for many replicas
+    sends an array, so the control plane pays its per-message cost once per batch; every
+    report in it is checked as strictly as a single one.
+    """
+    if payload is None:
+        raise ContractError("WindowReport", "empty payload (null value)")
+    if isinstance(payload, str):
+        payload = payload.encode()
+    elif isinstance(payload, memoryview):
+        payload = payload.tobytes()
+    if len(payload) > TELEMETRY_MAX_BYTES:
+        raise ContractError("WindowReport", f"payload of {len(payload)} bytes exceeds the "
+                                            f"{TELEMETRY_MAX_BYTES}-byte limit")
+    if len(payload) <= DEFAULT_MAX_BYTES and payload.lstrip()[:1] != b"[":
+        return [codec_for(WindowReport).decode(payload)]
+    try:
+        decoded = _telemetry_decoder.decode(payload)
+    except msgspec.ValidationError as exc:
+        raise ContractError("WindowReport", str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise ContractError("WindowReport", f"malformed JSON ({exc})") from None
+    except RecursionError:
+        raise ContractError("WindowReport", "JSON nested too deeply") from None
+    reports = decoded if isinstance(decoded, list) else [decoded]
+    for i, report in enumerate(reports):
+        if report.v not in SUPPORTED_VERSIONS:
+            raise ContractError("WindowReport", f"unknown schema version {report.v} at "
+                                                f"`$[{i}].v`")
+    return reports
+
+
+def encode_telemetry(reports: list[WindowReport]) -> bytes:
+    """A batch of reports as one telemetry value (a JSON array)."""
+    return _encoder.encode(reports)
 
 
 def encode(event: Event) -> bytes:

@@ -20,6 +20,7 @@ order), partition and offset, so recording what a replay published gives back th
 from __future__ import annotations
 
 import heapq
+import itertools
 import time
 import uuid
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from schemas.codec import ContractError, codec_for, encode
+from schemas.codec import ContractError, codec_for, decode_telemetry, encode
 from schemas.contract import (
     CapacityEvent,
     ControlTargets,
@@ -243,14 +244,17 @@ class _Merge:
     def __init__(self, partitions: list[tuple[str, int]]) -> None:
         self.last_ts: dict[tuple[str, int], int | None] = dict.fromkeys(partitions)
         self.at_end: dict[tuple[str, int], bool] = dict.fromkeys(partitions, False)
-        self.heap: list[tuple[int, int, int, int, str, str | None, Event]] = []
+        self.heap: list[tuple[int, int, int, int, int, str, str | None, Event]] = []
+        self._seq = itertools.count()
 
     def push(self, topic: str, partition: int, offset: int, ts: int, key: str | None,
              value: Event) -> None:
         tp = (topic, partition)
         self.last_ts[tp] = ts
         self.at_end[tp] = False
-        heapq.heappush(self.heap, (ts, TOPIC_ORDER[topic], partition, offset, topic, key, value))
+        # The sequence number keeps reports of one batch (same offset) in their batch order.
+        heapq.heappush(self.heap, (ts, TOPIC_ORDER[topic], partition, offset, next(self._seq),
+                                   topic, key, value))
 
     def eof(self, topic: str, partition: int) -> None:
         self.at_end[(topic, partition)] = True
@@ -274,7 +278,7 @@ class _Merge:
         out = []
         heap = self.heap
         while heap and heap[0][0] < limit:
-            ts, _, _, _, topic, key, value = heapq.heappop(heap)
+            ts, _, _, _, _, topic, key, value = heapq.heappop(heap)
             out.append((ts, topic, key, value))
         return out
 
@@ -378,7 +382,9 @@ def _take(msg: Any, names: dict[str, str], codecs: dict[str, Any], merge: _Merge
     if topic is None:
         return
     try:
-        value = codecs[topic].decode(msg.value())
+        # A telemetry message may carry a batch of reports; the log holds one per line.
+        values = (decode_telemetry(msg.value()) if topic == "telemetry"
+                  else [codecs[topic].decode(msg.value())])
     except ContractError as exc:
         reason = f"{topic}: {exc.reason}"[:120]
         stats.invalid[reason] = stats.invalid.get(reason, 0) + 1
@@ -386,7 +392,8 @@ def _take(msg: Any, names: dict[str, str], codecs: dict[str, Any], merge: _Merge
     raw_key = msg.key()
     key = raw_key.decode("utf-8", errors="replace") if raw_key is not None else None
     _, ts = msg.timestamp()
-    merge.push(topic, msg.partition(), msg.offset(), max(0, ts), key, value)
+    for value in values:
+        merge.push(topic, msg.partition(), msg.offset(), max(0, ts), key, value)
 
 
 def _write(writer: EventLogWriter, events: list[tuple[int, str, str | None, Event]],

@@ -7,7 +7,16 @@ import json
 import msgspec
 import pytest
 
-from schemas.codec import Codec, ContractError, decode, encode, from_builtins, to_builtins
+from schemas.codec import (
+    Codec,
+    ContractError,
+    decode,
+    decode_telemetry,
+    encode,
+    encode_telemetry,
+    from_builtins,
+    to_builtins,
+)
 from schemas.contract import (
     EVENT_TYPES,
     ControlTargets,
@@ -90,3 +99,16 @@ def test_targets_with_coverage_above_one_are_rejected() -> None:
     obj["sbm"]["coverage"] = 1.5
     with pytest.raises(ContractError, match=r"\$.sbm.coverage"):
         decode(ControlTargets, json.dumps(obj))
+
+
+def test_telemetry_value_is_one_report_or_a_batch_checked_as_strictly() -> None:
+    report = next(e for e in SAMPLES if isinstance(e, WindowReport))
+    assert decode_telemetry(encode(report)) == [report]
+    assert decode_telemetry(encode_telemetry([report, report])) == [report, report]
+    with pytest.raises(ContractError, match=r"at `\$\[1\]`"):
+        decode_telemetry(b"[" + encode(report) + b", 7]")
+    bad_version = encode_telemetry([report]).replace(b'"v":1', b'"v":3')
+    with pytest.raises(ContractError, match="unknown schema version 3"):
+        decode_telemetry(bad_version)
+    with pytest.raises(ContractError, match="malformed JSON"):
+        decode_telemetry(b"[" + encode(report))
