@@ -18,7 +18,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
-from schemas.codec import ContractError, decode
+from schemas.codec import ContractError, decode, decode_telemetry
 from schemas.contract import ControlTargets, LatencySketch, WindowReport
 from schemas.kafka_config import KafkaSettings
 from schemas.sketch import SketchMerger, SketchMismatch
@@ -85,17 +85,21 @@ class Monitor:
                     if self.seen.targets is None or targets.epoch > self.seen.targets.epoch:
                         self.seen.targets = targets
                 return
-            report = decode(WindowReport, value)
+            reports = decode_telemetry(value)  # one report, or a relay's batch of them
         except ContractError:
             return
         with self._lock:
-            s = self.seen
-            s.optional_done += report.optional_units_done
-            s.baseline_rejected += report.baseline_rejected
-            for reason, n in report.optional_units_shed.items():
-                s.shed[reason] = s.shed.get(reason, 0) + n
-            if report.model == "baseline":
-                s.recent.append((report.window_end_ms, report.pool_id, report.latency_ms))
+            for report in reports:
+                self._add(report)
+
+    def _add(self, report: WindowReport) -> None:
+        s = self.seen
+        s.optional_done += report.optional_units_done
+        s.baseline_rejected += report.baseline_rejected
+        for reason, n in report.optional_units_shed.items():
+            s.shed[reason] = s.shed.get(reason, 0) + n
+        if report.model == "baseline":
+            s.recent.append((report.window_end_ms, report.pool_id, report.latency_ms))
 
     def ranking_p99(self, now_ms: int) -> float | None:
         """Worst ranking pool's p99 over the last window (the control plane's measure)."""
