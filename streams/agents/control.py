@@ -22,7 +22,7 @@ from typing import Any
 
 import faust
 import msgspec
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import start_http_server
 
 from schemas.codec import ContractError, decode, decode_telemetry, encode
 from schemas.contract import (
@@ -36,6 +36,7 @@ from schemas.kafka_config import KafkaSettings
 from schemas.signing import sign
 from schemas.sketch import SketchMismatch
 from streams.agents.changelog import read_changelog
+from streams.agents.metrics import Metrics
 from streams.control.config import ControlConfig
 from streams.control.controller import ScopeMismatch
 from streams.control.windows import TooManyPools
@@ -53,36 +54,6 @@ class Tick(msgspec.Struct, frozen=True):
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-class Metrics:
-    """The control plane's Prometheus series (own registry: several apps may share a process)."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.events = Counter("surplus_control_events_total", "Input events handled",
-                              ["topic"], registry=self.registry)
-        self.reports = Counter("surplus_control_reports_total",
-                               "WindowReports merged (a telemetry message may carry a batch)",
-                               registry=self.registry)
-        self.rejected = Counter("surplus_control_rejected_total",
-                                "Input events sent to the dead-letter topic", ["topic", "reason"],
-                                registry=self.registry)
-        self.targets = Counter("surplus_control_targets_total", "ControlTargets published",
-                               ["scope", "reason"], registry=self.registry)
-        self.extra = Gauge("surplus_control_extra_candidates", "RMA extra-candidate target",
-                           ["scope"], registry=self.registry)
-        self.coverage = Gauge("surplus_control_sbm_coverage", "SBM coverage target",
-                              ["scope"], registry=self.registry)
-        self.restore_skipped = Counter("surplus_control_restore_skipped_total",
-                                       "Stored scope states that could not be restored",
-                                       registry=self.registry)
-        self.ticks_skipped = Counter("surplus_control_ticks_skipped_total",
-                                     "Ticks not acted on, by reason", ["reason"],
-                                     registry=self.registry)
-        self.tick_seconds = Histogram("surplus_control_tick_seconds",
-                                      "Time to run the controllers of one scope",
-                                      registry=self.registry)
 
 
 class ControlPlane:
@@ -189,9 +160,11 @@ class ControlPlane:
                 entry.last_tick_ms = tick.ts_ms
                 await self._save(scope)  # before publishing: an epoch on the wire is never reused
                 await self._publish(targets)
+                self.metrics.observe_controller(scope, entry.controller)
 
     async def _send_ticks(self) -> None:
         """Tick each partition this process owns; the owner of a scope is the only ticker."""
+        self.metrics.observe_lag(self.app.monitor)
         name = self.ticks.get_topic_name()
         tick = msgspec.json.encode(Tick(now_ms()))
         for tp in sorted(self.app.assignor.assigned_actives()):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from schemas.contract import (
 )
 from schemas.kafka_config import KafkaSettings
 from schemas.sketch import new_sketch, to_wire
+from surplus.localkafka import free_port
 from tests.integration.harness import Proc, TopicReader, publish
 from tests.unit.schemas.samples import SAMPLES
 
@@ -37,11 +39,13 @@ def _config(tmp_path: Path) -> Path:
     return path
 
 
-def _start(kafka: KafkaSettings, tmp_path: Path, name: str, app_id: str = "cp") -> Proc:
+def _start(kafka: KafkaSettings, tmp_path: Path, name: str, app_id: str = "cp",
+           metrics_port: int = 0) -> Proc:
     return Proc(["control-plane", "--bootstrap", kafka.bootstrap, "--prefix", kafka.prefix,
                  "--config", str(_config(tmp_path)), "--app-id", f"{kafka.prefix}{app_id}",
                  "--partitions", "2", "--data-dir", str(tmp_path / "state"),
-                 "--loglevel", "warning"], tmp_path / f"{name}.log")
+                 "--metrics-port", str(metrics_port), "--loglevel", "warning"],
+                tmp_path / f"{name}.log")
 
 
 def _grant(scope: str, ts_ms: int) -> CapacityEvent:
@@ -51,11 +55,12 @@ def _grant(scope: str, ts_ms: int) -> CapacityEvent:
                          expires_at_ms=ts_ms + 600_000)
 
 
-def _reports(scope: str, ts_ms: int, n: int = 4) -> list[tuple[str, object]]:
+def _reports(scope: str, ts_ms: int, n: int = 4, latency_ms: float = 5.0
+             ) -> list[tuple[str, object]]:
     report = next(e for e in SAMPLES if type(e).__name__ == "WindowReport")
     sketch = new_sketch()
     for i in range(200):
-        sketch.add(5.0 + (i % 10))
+        sketch.add(latency_ms + (i % 10))
     out = []
     for i in range(n):
         out.append((scope, report.__class__(**{
@@ -66,13 +71,20 @@ def _reports(scope: str, ts_ms: int, n: int = 4) -> list[tuple[str, object]]:
     return out
 
 
-def _feed(kafka: KafkaSettings, seconds: float, scopes: tuple[str, ...] = SCOPES) -> None:
+def _feed(kafka: KafkaSettings, seconds: float, scopes: tuple[str, ...] = SCOPES,
+          latency_ms: float = 5.0) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         now = int(time.time() * 1000)
         for scope in scopes:
-            publish(kafka, "telemetry", _reports(scope, now))
+            publish(kafka, "telemetry", _reports(scope, now, latency_ms=latency_ms))
         time.sleep(0.25)
+
+
+def _metrics(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line and not line.startswith("#")}
 
 
 def _targets(reader: TopicReader, scope: str) -> list[ControlTargets]:
@@ -121,21 +133,64 @@ def test_targets_every_period_with_growing_epoch_fast_path_and_dead_letters(
         assert fast_targets.sbm.coverage == 0.0
 
         dead = TopicReader(kafka, "deadletter")
-        publish(kafka, "telemetry", [("eu1", b"{not json"), ("us2", _reports("eu1", now)[0][1])])
+        inputs = ("telemetry", "capacity", "preemption", "outcomes")
+        for logical in inputs:
+            publish(kafka, logical, [("eu1", b"{not json"), ("eu1", b"\x00\xff garbage")])
+        publish(kafka, "telemetry", [("us2", _reports("eu1", now)[0][1])])
         letters = []
-        deadline = time.monotonic() + 20
-        while len(letters) < 2 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30
+        while len(letters) < 2 * len(inputs) + 1 and time.monotonic() < deadline:
             letters += [decode(DeadLetter, m.value()) for m in dead.poll(0.5)]
-        assert len(letters) == 2, proc.output()[-2000:]
-        assert all(letter.source_topic == kafka.topic("telemetry") for letter in letters)
-        assert all(letter.offset >= 0 for letter in letters)
+        assert len(letters) == 2 * len(inputs) + 1, proc.output()[-2000:]
+        assert {letter.source_topic for letter in letters} == {kafka.topic(t) for t in inputs}
+        assert all(letter.offset >= 0 and letter.partition >= 0 for letter in letters)
         reasons = " | ".join(letter.reason for letter in letters)
         assert "malformed JSON" in reasons and "does not match scope" in reasons
         dead.close()
+        before = len(_targets(reader, "eu1"))
+        _wait_targets(reader, "eu1", before + 2, 10, proc)  # the agents are still alive
+        assert len(_targets(reader, "eu1")) >= before + 2
     finally:
         proc.stop()
         reader.close()
     assert proc.alive() is False
+
+
+def test_rma_rises_under_the_budget_when_fast_and_falls_within_two_periods_when_slow(
+        kafka: KafkaSettings, tmp_path: Path) -> None:
+    port = free_port()
+    reader = TopicReader(kafka, "targets")
+    publish(kafka, "capacity", [("eu1", _grant("eu1", int(time.time() * 1000)))])
+    proc = _start(kafka, tmp_path, "cp", metrics_port=port)
+    try:
+        _wait_targets(reader, "eu1", 1, 60, proc)
+        _feed(kafka, 6 * PERIOD_S, ("eu1",), latency_ms=5.0)
+        reader.poll(0.5)
+        fast = _targets(reader, "eu1")
+        metrics = _metrics(port)
+        extras = [t.rma.extra_candidates for t in fast]
+        assert max(extras) > 0 and extras[-1] >= extras[0], extras
+        rate = sum(v for k, v in metrics.items()
+                   if k.startswith("surplus_control_window_request_rate{") and "eu1" in k)
+        assert rate > 0
+        last = fast[-1]
+        assert last.rma.extra_candidates * rate <= last.rma.budget_units_per_s * 1.01
+        assert 'surplus_control_rma_pid_component{scope="eu1",term="i"}' in metrics
+        assert any(k.startswith("surplus_control_consumer_lag{") for k in metrics)
+        assert metrics['surplus_control_opportunistic_units{resource="a100",scope="eu1"}'] == 8.0
+
+        switched = time.time() * 1000
+        _feed(kafka, 2.5 * PERIOD_S, ("eu1",), latency_ms=400.0)  # p99 far above the SLA
+        reader.poll(0.5)
+        slow = [t for t in _targets(reader, "eu1") if t.issued_at_ms > switched]
+        assert slow, proc.output()[-2000:]
+        within_two = slow[:2]
+        print(f"RMA: rose to {last.rma.extra_candidates} at p99 ~14 ms; after p99 > SLA: "
+              f"{[t.rma.extra_candidates for t in slow]}")
+        assert min(t.rma.extra_candidates for t in within_two) < last.rma.extra_candidates
+    finally:
+        proc.stop()
+        reader.close()
 
 
 def test_kill_9_and_restart_keeps_epoch_growing_without_a_burst(
