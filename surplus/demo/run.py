@@ -193,6 +193,9 @@ class Demo:
                             + "; ".join(applied.mismatches))
         self.say(f"topics: {len(applied.created)} created, {len(applied.existing)} existing "
                  f"(prefix {self.kafka.prefix!r})")
+        if not wait_until(partial(topics_serve, self.kafka), 60.0, 0.5, stop=self.stop.is_set):
+            self._check()
+            raise DemoError(f"the new topics on {bootstrap} have no serving leaders after 60s")
 
     def _kafka_args(self) -> list[str]:
         assert self.kafka is not None
@@ -458,6 +461,31 @@ class Demo:
         return {"control-plane": p.control, "scheduler": p.scheduler, "loadgen": p.loadgen,
                 **p.workers, **({"prometheus": self.prometheus_port}
                                if self.prometheus_port else {})}
+
+
+def topics_serve(kafka: KafkaSettings) -> bool:
+    """Every partition of the logged topics answers an offsets-for-times query (what the
+    recorder asks first): freshly created topics take a moment to get serving leaders."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    from streams.eventlog import TOPICS
+
+    consumer = Consumer(kafka.confluent(**{"group.id": "surplus-demo-probe",
+                                           "enable.auto.commit": False}))
+    try:
+        parts = []
+        for logical in TOPICS:
+            name = kafka.topic(logical)
+            meta = consumer.list_topics(name, timeout=5.0).topics.get(name)
+            if meta is None or meta.error is not None or not meta.partitions:
+                return False
+            parts += [TopicPartition(name, p, wall_ms()) for p in meta.partitions]
+        found = consumer.offsets_for_times(parts, timeout=5.0)
+        return all(tp.error is None for tp in found)
+    except KafkaException:
+        return False
+    finally:
+        consumer.close()
 
 
 def _builtins(struct: Any) -> dict[str, Any]:
