@@ -89,6 +89,10 @@ async def test_rows_of_concurrent_requests_share_one_forward_pass(gated: Gated) 
     for tag, scores in enumerate(results[1:]):
         assert list(scores) == expected(tag, 3)  # each request got exactly its own rows
     assert len(scorer.batches) == 2  # the blocker, then all 30 queued rows together
+    for _ in range(200):  # the report follows the scores, from the inference thread
+        if len(reports) >= 2:
+            break
+        await asyncio.sleep(0.01)
     assert reports[1].rows == 30 and reports[1].jobs == 10
 
 
