@@ -17,6 +17,10 @@ from surplus.cli_common import Bootstrap, Prefix, fail, preflight
 def worker(
     config: Annotated[Path | None, typer.Option(help="WorkerConfig TOML; flags override it.")]
     = None,
+    pool: Annotated[str | None, typer.Option(
+        help="Pool id region/service/model/accelerator/tier, e.g. "
+             "eu1/rank/baseline/cpu/opportunistic (sets those five; their own flags win).")]
+    = None,
     worker_id: Annotated[str | None, typer.Option(help="Replica id (default: host-pid).")]
     = None,
     region: Annotated[str | None, typer.Option(help="Scope of the targets to apply.")] = None,
@@ -45,9 +49,12 @@ def worker(
 
     logging.basicConfig(level=loglevel.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parts = _pool_parts(pool) if pool else {}
     overrides: dict[str, Any] = {
-        "worker_id": worker_id, "region": region, "service": service, "tier": tier,
-        "accelerator": accelerator, "model.name": model, "model.path": model_path,
+        **parts, **{k: v for k, v in {"region": region, "service": service, "tier": tier,
+                                      "accelerator": accelerator, "model.name": model}.items()
+                    if v is not None},
+        "worker_id": worker_id, "model.path": model_path,
         "host": host, "port": port,
         "targets_signing_key_file": str(signing_key_file) if signing_key_file else None}
     try:
@@ -72,6 +79,16 @@ def worker(
     except OSError as exc:
         fail(f"cannot serve on {settings.host}:{settings.port}: {exc.strerror or exc}")
     typer.echo("worker stopped")
+
+
+def _pool_parts(pool: str) -> dict[str, str]:
+    """The five parts of a pool id, as config overrides; a malformed id stops at start."""
+    parts = pool.split("/")
+    if len(parts) != 5 or not all(parts):
+        fail(f"bad --pool {pool!r}: expected region/service/model/accelerator/tier")
+    region, service, model, accelerator, tier = parts
+    return {"region": region, "service": service, "model.name": model,
+            "accelerator": accelerator, "tier": tier}
 
 
 def _kafka_switch(settings: Any, bootstrap: str | None, prefix: str | None,

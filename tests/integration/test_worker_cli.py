@@ -40,12 +40,13 @@ def test_worker_serves_until_sigterm_then_exits_cleanly(tmp_path: Path) -> None:
     config = tmp_path / "worker.toml"
     config.write_text(TINY_TOML)
     proc = surplus("worker", "--config", str(config), "--port", "0", "--no-kafka",
-                   "--loglevel", "warning")
+                   "--pool", "eu1/rank/baseline/cpu/opportunistic", "--loglevel", "warning")
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         match = re.search(r"ready on (http://[\d.]+:\d+)", line)
         assert match, line + (proc.stderr.read() if proc.stderr else "")
+        assert "pool eu1/rank/baseline/cpu/opportunistic" in line
         base = match.group(1)
         with urllib.request.urlopen(f"{base}/healthz", timeout=10) as resp:
             assert json.load(resp)["worker_id"] == "cli-w1"
@@ -70,6 +71,7 @@ def test_bad_config_stops_the_worker_at_start_naming_the_key(tmp_path: Path) -> 
     cases = [
         (["--config", str(bad), "--no-kafka"], "unknown field `max_batch_rowz` - at `$.batching`"),
         (["--config", str(good), "--tier", "spot"], "at `$.tier`"),
+        (["--config", str(good), "--pool", "eu1/rank"], "bad --pool 'eu1/rank'"),
         (["--config", str(good), "--bootstrap", "x"], "`kafka.bootstrap`"),
         (["--config", str(good), "--no-kafka", "--model-path", str(tmp_path / "no.pt2")],
          "`model.path`: model file"),
