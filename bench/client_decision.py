@@ -75,6 +75,7 @@ def run(n: int = 200_000) -> dict[str, Any]:
     return {
         "bench": "client_decision",
         "n": len(decisions) * BATCH,
+        "decision_us_median": round(median_ns / 1000.0, 3),
         "median_ns": round(median_ns, 1),
         "p90_ns": round(statistics.quantiles(decisions, n=10)[-1], 1),
         "reference_median_ns": round(reference_ns, 1),
