@@ -381,14 +381,14 @@ class Simulation:
         if req.powerful_done:
             units = req.base + req.extra
             worker.record(req.opt_latency, False, units, units)
-            rma = rc.rma_gain * math.log1p(req.extra / rc.rma_scale)
+            rma = rc.rma_value(req.extra)
             self.metrics.powerful_done(rc.name, e2e, units, seg.gain, rma)
             model = "powerful"
         else:
             latency = req.finished_ms - req.at_worker_ms
             done = req.opt_units if req.opt_done else 0
             worker.record(latency, True, req.base + done, done)
-            rma = rc.rma_gain * math.log1p(done / rc.rma_scale)
+            rma = rc.rma_value(done)
             self.metrics.ranking_done(rc.name, latency, e2e, rc.timeout_ms, done, rma)
             model = "baseline"
         observed = seg.value + (seg.gain if model == "powerful" else 0.0) \

@@ -17,6 +17,7 @@ anywhere in the repository).
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -173,6 +174,10 @@ class RegionConfig(_Config, frozen=True, kw_only=True):
     arrivals: ArrivalsConfig = ArrivalsConfig()
     segments: list[SegmentConfig] = []
     pools: list[PoolConfig] = []
+
+    def rma_value(self, extra: int) -> float:
+        """Value of ``extra`` extra candidates scored for one request (concave in ``extra``)."""
+        return self.rma_gain * math.log1p(max(extra, 0) / self.rma_scale)
 
     def __post_init__(self) -> None:
         if not self.segments:

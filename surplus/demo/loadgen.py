@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import csv
 import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,8 +68,8 @@ def arrival_offsets_ms(region: RegionConfig, scenario: Scenario, base_dir: Path,
 
 
 def rma_value(region: RegionConfig, extra: int) -> float:
-    """Value of ``extra`` extra candidates scored for one request (concave in ``extra``)."""
-    return region.rma_gain * math.log1p(max(extra, 0) / region.rma_scale)
+    """Value of ``extra`` extra candidates scored for one request (the simulator's model)."""
+    return region.rma_value(extra)
 
 
 @dataclass
