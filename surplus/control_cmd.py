@@ -46,6 +46,7 @@ def control_plane(
     except (ConfigError, OSError) as exc:
         fail(f"bad control config {config}: {exc}")
     preflight(kafka, timeout_s=15.0)
+    _check_partitions(kafka, settings.partitions)
     import uvloop
     from faust import Worker
 
@@ -56,3 +57,24 @@ def control_plane(
     app = create_app(kafka, settings, control)
     worker = Worker(app, loglevel=loglevel, quiet=True)
     worker.execute_from_commandline()
+
+
+def _check_partitions(kafka: Any, partitions: int) -> None:
+    """Co-partitioning is what makes one process own a scope on every topic: refuse to start
+    on input topics whose partition count is not `--partitions`; warn about missing ones."""
+    from confluent_kafka.admin import AdminClient
+
+    from streams.agents.control import INPUTS
+
+    try:
+        meta = AdminClient(kafka.confluent()).list_topics(timeout=10)
+    except Exception:
+        return  # unreachable cluster: preflight already warned
+    for logical in INPUTS:
+        name = kafka.topic(logical)
+        topic = meta.topics.get(name)
+        if topic is None or topic.error is not None:
+            typer.echo(f"warning: topic {name} is missing (run `surplus topics apply`)", err=True)
+        elif len(topic.partitions) != partitions:
+            fail(f"topic {name} has {len(topic.partitions)} partitions but --partitions is "
+                 f"{partitions}: every input topic must have the same count")

@@ -260,3 +260,12 @@ def test_two_processes_publish_each_scope_once_per_period_and_hand_over(
         a.stop()
         b.stop()
         reader.close()
+
+
+def test_partition_count_other_than_the_topics_stops_the_control_plane_at_start(
+        kafka: KafkaSettings, tmp_path: Path) -> None:
+    proc = Proc(["control-plane", "--bootstrap", kafka.bootstrap, "--prefix", kafka.prefix,
+                 "--partitions", "3", "--data-dir", str(tmp_path)], tmp_path / "cp.log")
+    assert proc.popen.wait(60) == 1
+    assert "has 2 partitions but --partitions is 3" in proc.output()
+    proc.stop()
