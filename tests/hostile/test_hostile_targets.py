@@ -82,6 +82,7 @@ def _hostile_cases() -> list[tuple[str, bytes, str]]:
 
 def test_hostile_targets_are_dropped_or_clamped_and_counted_end_to_end(
         kafka: KafkaSettings, tmp_path: Path) -> None:
+    cases = _hostile_cases()
     key_file = tmp_path / "targets.key"
     key_file.write_bytes(KEY)
     worker = WorkerProc(tmp_path, "w1", kafka=kafka,
@@ -93,7 +94,6 @@ def test_hostile_targets_are_dropped_or_clamped_and_counted_end_to_end(
         producer.produce(kafka.topic("targets"), key=key, value=payload)
         assert producer.flush(10) == 0
 
-    cases = _hostile_cases()
     try:
         worker.wait_ready()
         client_counters = asyncio.run(_client_run(kafka, worker.url, send, cases, worker))
