@@ -4,6 +4,7 @@ what the agents publish goes to a real broker and is read back from it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -36,7 +37,8 @@ async def control_plane(kafka: KafkaSettings, tmp_path: Path) -> AsyncIterator[C
     plane: ControlPlane = app.control_plane  # type: ignore[attr-defined]
     await plane.changelog.maybe_declare()
     yield plane
-    await app.producer.stop()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(app.producer.stop(), timeout=15)
 
 
 async def test_capacity_reports_and_a_tick_publish_period_targets(
@@ -53,7 +55,7 @@ async def test_capacity_reports_and_a_tick_publish_period_targets(
         await until(lambda: published(control_plane) == 1)
     await control_plane.app.producer.flush()
     reader = TopicReader(kafka, "targets")
-    msg = reader.wait_for(lambda m: True, timeout_s=10)
+    msg = reader.wait_for(lambda m: True, timeout_s=30)
     reader.close()
     targets = decode(ControlTargets, msg.value())
     assert (targets.scope, targets.reason, targets.epoch) == ("eu1", "period", 1)
@@ -73,7 +75,7 @@ async def test_preemption_agent_publishes_clamped_targets_at_once(
         await until(lambda: published(control_plane) == 1)
     await control_plane.app.producer.flush()
     reader = TopicReader(kafka, "targets")
-    msg = reader.wait_for(lambda m: True, timeout_s=10)
+    msg = reader.wait_for(lambda m: True, timeout_s=30)
     reader.close()
     targets = decode(ControlTargets, msg.value())
     assert targets.reason == "preemption"
@@ -91,7 +93,9 @@ async def test_garbage_and_lying_keys_are_dead_lettered_and_the_agent_keeps_goin
         await until(lambda: dead_lettered(control_plane) == 2)
     await control_plane.app.producer.flush()
     reader = TopicReader(kafka, "deadletter")
-    reader.poll(3.0)
+    deadline = time.monotonic() + 30
+    while len(reader.messages) < 2 and time.monotonic() < deadline:
+        reader.poll(0.5)
     letters = reader.events(DeadLetter)
     reader.close()
     assert [(letter.offset, letter.source_topic) for letter in letters] == [
@@ -105,7 +109,7 @@ def now_ms_plus(delta_ms: int) -> int:
     return int(time.time() * 1000) + delta_ms
 
 
-async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+async def until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
     """`put` returns once the agent took the event; its awaits (sends) may still be running."""
     deadline = time.monotonic() + timeout_s
     while not condition():
