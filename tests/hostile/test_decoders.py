@@ -19,7 +19,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas.codec import DEFAULT_MAX_BYTES, ContractError, codec_for, decode, encode
+from schemas.codec import (
+    DEFAULT_MAX_BYTES,
+    ContractError,
+    codec_for,
+    decode,
+    decode_telemetry,
+    encode,
+)
 from schemas.contract import EVENT_TYPES, Event
 from streams.control.config import ControlConfig
 from streams.eventlog import EventLogReader, decode_line, encode_line
@@ -100,6 +107,34 @@ def test_codec_refuses_deep_nesting_and_oversize_quickly(event_type: type[Event]
     with pytest.raises(ContractError, match="exceeds the"):
         codec.decode(huge)
     assert time.perf_counter() - started < 0.05  # refused before parsing
+
+
+@FUZZ
+@given(payload=HOSTILE_BYTES | st.lists(JSON, max_size=4).map(msgspec.json.encode))
+def test_telemetry_batch_decoder_takes_any_bytes(payload: bytes) -> None:
+    result = _decodes_or_explains(decode_telemetry, payload, "WindowReport")
+    if not isinstance(result, ContractError):
+        assert all(decode(type(r), encode(r)) == r for r in result)
+
+
+@FUZZ
+@given(data=st.data(), batch=st.integers(min_value=1, max_value=3))
+def test_telemetry_batch_decoder_names_the_field_of_a_mutated_report(
+        data: st.DataObject, batch: int) -> None:
+    payload, path, action = data.draw(mutated(BY_TYPE[type(SAMPLES[0])]))
+    good = encode(SAMPLES[0])
+    as_batch = b"[" + b",".join([good] * (batch - 1) + [payload]) + b"]"
+    result = _decodes_or_explains(decode_telemetry, as_batch, "WindowReport")
+    if isinstance(result, ContractError):
+        assert _names_the_problem(result.reason), (path, action, result.reason)
+    else:
+        assert len(result) == batch
+
+
+def test_telemetry_batch_decoder_bounds_nesting() -> None:
+    for payload in (nested(100_000), b"[" + nested(100_000, b"{") + b"]"):
+        with pytest.raises(ContractError, match=r"^WindowReport: "):
+            decode_telemetry(payload)
 
 
 # -- the worker's HTTP bodies --------------------------------------------------------------------
