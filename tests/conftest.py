@@ -12,6 +12,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 
@@ -70,6 +71,25 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             reasons.append(f"local broker: {exc}")
             pytest.fail("no Kafka broker for Kafka tests: " + "; ".join(reasons))
         yield bootstrap
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[tuple[KafkaSettings, Path, int]]:
+    """A local broker of the test's own, topics applied: for tests that stop and restart it
+    (never the session broker). Yields (settings, data dir, port)."""
+    from surplus.topics import apply_topics
+
+    localkafka.fetch_jars()
+    port = localkafka.free_port()
+    data_dir = tmp_path / "kafka"
+    localkafka.up(port=port, data_dir=data_dir)
+    try:
+        settings = KafkaSettings(bootstrap=f"127.0.0.1:{port}",
+                                 prefix=f"o{uuid.uuid4().hex[:6]}.")
+        assert apply_topics(settings.confluent(), settings.prefix, partitions_override=2).ok
+        yield settings, data_dir, port
+    finally:
+        localkafka.down(data_dir)
 
 
 @pytest.fixture

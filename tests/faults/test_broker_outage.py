@@ -10,15 +10,12 @@ Uses a broker of its own: the session broker is never stopped.
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from schemas.kafka_config import KafkaSettings
 from surplus import localkafka
-from surplus.topics import apply_topics
 from tests.faults.conftest import Figures
 from tests.faults.fleet import Fleet, figures_of
 from tests.integration.fleet import by_label
@@ -26,20 +23,6 @@ from tests.integration.fleet import by_label
 pytestmark = [pytest.mark.kafka, pytest.mark.faults, pytest.mark.slow]
 
 OUTAGE_S = 30.0
-
-
-@pytest.fixture
-def own_broker(tmp_path: Path) -> Iterator[tuple[KafkaSettings, Path, int]]:
-    localkafka.fetch_jars()
-    port = localkafka.free_port()
-    data_dir = tmp_path / "kafka"
-    localkafka.up(port=port, data_dir=data_dir)
-    try:
-        kafka = KafkaSettings(bootstrap=f"127.0.0.1:{port}", prefix=f"o{uuid.uuid4().hex[:6]}.")
-        assert apply_topics(kafka.confluent(), kafka.prefix, partitions_override=2).ok
-        yield kafka, data_dir, port
-    finally:
-        localkafka.down(data_dir)
 
 
 def test_broker_outage_keeps_baseline_expires_targets_and_recovers(

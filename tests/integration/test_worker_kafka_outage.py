@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,23 +20,6 @@ from tests.integration.worker_support import body, running_worker, targets, tiny
 from workers.api import RANK_PATH
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
-
-
-@pytest.fixture
-def own_broker(tmp_path: Path) -> Iterator[tuple[KafkaSettings, Path, int]]:
-    localkafka.fetch_jars()
-    port = localkafka.free_port()
-    data_dir = tmp_path / "kafka"
-    localkafka.up(port=port, data_dir=data_dir)
-    try:
-        settings = KafkaSettings(bootstrap=f"127.0.0.1:{port}",
-                                 prefix=f"o{uuid.uuid4().hex[:6]}.")
-        from surplus.topics import apply_topics
-
-        assert apply_topics(settings.confluent(), settings.prefix, partitions_override=2).ok
-        yield settings, data_dir, port
-    finally:
-        localkafka.down(data_dir)
 
 
 def publish_targets(kafka: KafkaSettings, epoch: int, ttl_ms: int) -> None:
