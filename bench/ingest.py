@@ -34,6 +34,7 @@ from schemas.kafka_config import KafkaSettings
 from schemas.sketch import new_sketch, to_wire
 from streams.control.config import ControlConfig
 from streams.control.controller import ScopeController
+from surplus.demo.procs import Child
 from surplus.localkafka import free_port
 from surplus.topics import apply_topics
 
@@ -109,18 +110,17 @@ def _events_seen(port: int) -> float:
 
 def control_plane(kafka: KafkaSettings, n: int, workdir: Path) -> float:
     """Reports/s of a real `surplus control-plane` process reading the same topic."""
-    from tests.integration.harness import Proc
-
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
-    proc = Proc(["control-plane", "--bootstrap", kafka.bootstrap, "--prefix", kafka.prefix,
-                 "--app-id", f"{kafka.prefix}bench", "--partitions", "2", "--metrics-port",
-                 str(port), "--data-dir", str(workdir)], workdir / "control-plane.log")
+    proc = Child("control-plane", [
+        "control-plane", "--bootstrap", kafka.bootstrap, "--prefix", kafka.prefix, "--app-id",
+        f"{kafka.prefix}bench", "--partitions", "2", "--metrics-port", str(port),
+        "--data-dir", str(workdir)], workdir).start()
     try:
         deadline = time.monotonic() + 120
         first_t = first_n = 0.0
         while time.monotonic() < deadline:
-            assert proc.alive(), proc.output()[-2000:]
+            assert proc.alive(), proc.tail(20)
             try:
                 count = _events_seen(port)
             except OSError:

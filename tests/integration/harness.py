@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,40 +15,28 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from schemas.codec import decode, encode
 from schemas.contract import Event
 from schemas.kafka_config import KafkaSettings
+from surplus.demo.procs import Child
 
 E = TypeVar("E", bound=Event)
 
 
-class Proc:
-    """A `surplus` subcommand in its own process group, its output in a log file."""
+class Proc(Child):
+    """A `surplus` subcommand started at once (the demo's `Child`: own session, log file, dies
+    with the test process), with the crash and output helpers tests use."""
 
     def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None
                  ) -> None:
+        super().__init__(log_path.stem, args, log_path.parent, env=env)
         self.log_path = log_path
-        self._log = log_path.open("ab")
-        self.popen = subprocess.Popen(
-            [sys.executable, "-m", "surplus.cli", *args], stdout=self._log,
-            stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})})
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
+        self.start()
 
     def kill(self) -> None:
         """SIGKILL the whole process group (a crash, not a shutdown)."""
-        if self.alive():
-            os.killpg(self.popen.pid, signal.SIGKILL)
-        self.popen.wait(10)
+        self.send(signal.SIGKILL)
+        self.wait(10)
 
-    def stop(self, timeout_s: float = 30.0) -> int:
-        """SIGTERM and wait; SIGKILL if it does not stop in time."""
-        if self.alive():
-            os.killpg(self.popen.pid, signal.SIGTERM)
-            try:
-                self.popen.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self._log.close()
-        return int(self.popen.returncode)
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> int | None:
+        return super().stop(sig, timeout_s)
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from schemas.contract import (
 from schemas.kafka_config import KafkaSettings
 from schemas.sketch import new_sketch, to_wire
 from surplus.localkafka import free_port
+from tests.integration.fleet import scrape
 from tests.integration.harness import Proc, TopicReader, publish
 from tests.unit.schemas.samples import SAMPLES
 
@@ -79,12 +79,6 @@ def _feed(kafka: KafkaSettings, seconds: float, scopes: tuple[str, ...] = SCOPES
         for scope in scopes:
             publish(kafka, "telemetry", _reports(scope, now, latency_ms=latency_ms))
         time.sleep(0.25)
-
-
-def _metrics(port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines() if line and not line.startswith("#")}
 
 
 def _targets(reader: TopicReader, scope: str) -> list[ControlTargets]:
@@ -167,7 +161,7 @@ def test_rma_rises_under_the_budget_when_fast_and_falls_within_two_periods_when_
         _feed(kafka, 6 * PERIOD_S, ("eu1",), latency_ms=5.0)
         reader.poll(0.5)
         fast = _targets(reader, "eu1")
-        metrics = _metrics(port)
+        metrics = scrape(f"http://127.0.0.1:{port}/metrics")
         extras = [t.rma.extra_candidates for t in fast]
         assert max(extras) > 0 and extras[-1] >= extras[0], extras
         rate = sum(v for k, v in metrics.items()
