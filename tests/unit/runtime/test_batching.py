@@ -80,6 +80,16 @@ async def hold_first_pass(batcher: Batcher, scorer: RecordingScorer
     return first
 
 
+async def wait_for_reports(reports: list[BatchReport], n: int) -> None:
+    """The inference thread reports a batch after it has set the batch's scores, so a test
+    that awaited the scores may look before the report exists."""
+    for _ in range(500):
+        if len(reports) >= n:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"only {len(reports)} batch reports after 5 s, expected {n}")
+
+
 async def test_rows_of_concurrent_requests_share_one_forward_pass(gated: Gated) -> None:
     batcher, scorer, gate, reports = gated
     first = await hold_first_pass(batcher, scorer)
@@ -89,10 +99,7 @@ async def test_rows_of_concurrent_requests_share_one_forward_pass(gated: Gated) 
     for tag, scores in enumerate(results[1:]):
         assert list(scores) == expected(tag, 3)  # each request got exactly its own rows
     assert len(scorer.batches) == 2  # the blocker, then all 30 queued rows together
-    for _ in range(200):  # the report follows the scores, from the inference thread
-        if len(reports) >= 2:
-            break
-        await asyncio.sleep(0.01)
+    await wait_for_reports(reports, 2)
     assert reports[1].rows == 30 and reports[1].jobs == 10
 
 
@@ -115,6 +122,7 @@ async def test_baseline_rows_go_before_optional_rows_in_a_batch(gated: Gated) ->
     gate.set()
     await asyncio.wait_for(asyncio.gather(first, opt, base), 10)
     assert scorer.batches[1] == [2.0, 2.0, 1.0, 1.0]
+    await wait_for_reports(reports, 2)
     assert reports[1].optional_rows == 2
     assert [o for o, _ in reports[1].queue_wait_ms] == [False, True]
 
