@@ -20,6 +20,8 @@ class ControlPlaneSettings(BaseSettings):
     partitions: int = Field(default=SCOPE_PARTITIONS, ge=1, le=1024)
     replication_factor: int = Field(default=1, ge=1, le=16)
     metrics_port: int = Field(default=0, ge=0, le=65535)
+    #: Loopback unless asked: prometheus-client would otherwise bind every interface.
+    metrics_host: str = Field(default="127.0.0.1", min_length=1)
     data_dir: Path = Path(".surplus/control")
     loglevel: str = "warning"
     #: How long the group waits for a silent member before handing its partitions on: the time

@@ -13,6 +13,9 @@ Bootstrap = Annotated[str | None, typer.Option("--bootstrap", "-b",
                                                help="Kafka bootstrap servers (default: "
                                                     "$SURPLUS_KAFKA_BOOTSTRAP or 127.0.0.1:9092)")]
 Prefix = Annotated[str | None, typer.Option("--prefix", help="Topic name prefix.")]
+MetricsPort = Annotated[int, typer.Option(help="Prometheus port (0 = off).")]
+MetricsHost = Annotated[str, typer.Option(
+    help="Address the metrics endpoint binds (0.0.0.0 exposes it beyond this host).")]
 
 
 def fail(reason: str) -> NoReturn:

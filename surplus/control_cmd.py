@@ -8,7 +8,15 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings, preflight
+from surplus.cli_common import (
+    Bootstrap,
+    MetricsHost,
+    MetricsPort,
+    Prefix,
+    fail,
+    kafka_settings,
+    preflight,
+)
 
 
 def control_plane(
@@ -19,7 +27,8 @@ def control_plane(
     app_id: Annotated[str, typer.Option(help="Consumer group / app id.")] = "surplus-control",
     partitions: Annotated[int | None, typer.Option(help="Partitions of the scope topics.")]
     = None,
-    metrics_port: Annotated[int, typer.Option(help="Prometheus port (0 = off).")] = 0,
+    metrics_port: MetricsPort = 0,
+    metrics_host: MetricsHost = "127.0.0.1",
     data_dir: Annotated[Path, typer.Option(help="Faust local state.")] = Path(".surplus/control"),
     loglevel: Annotated[str, typer.Option(help="Log level.")] = "warning",
     signing_key_file: Annotated[Path | None, typer.Option(
@@ -32,6 +41,7 @@ def control_plane(
 
     kafka = kafka_settings(bootstrap, prefix)
     overrides: dict[str, Any] = {"app_id": app_id, "metrics_port": metrics_port,
+                                 "metrics_host": metrics_host,
                                  "data_dir": data_dir / app_id, "loglevel": loglevel}
     if partitions:
         overrides["partitions"] = partitions

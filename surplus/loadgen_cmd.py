@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings
+from surplus.cli_common import Bootstrap, MetricsHost, MetricsPort, Prefix, fail, kafka_settings
 
 Urls = Annotated[list[str] | None, typer.Option(help="Worker base URL (repeatable).")]
 
@@ -30,7 +30,8 @@ def loadgen(
         help="Wall-clock ms the arrivals start at (default: now).")] = None,
     out: Annotated[Path, typer.Option(help="Directory for requests.csv, loadgen.json(l).")]
     = Path("out/loadgen"),
-    metrics_port: Annotated[int, typer.Option(help="Prometheus port (0 = off).")] = 0,
+    metrics_port: MetricsPort = 0,
+    metrics_host: MetricsHost = "127.0.0.1",
     kafka: Annotated[bool, typer.Option(
         "--kafka/--no-kafka", help="Follow targets and publish outcomes (else baseline only).")]
     = True,
@@ -69,6 +70,7 @@ def loadgen(
             powerful_urls=list(powerful_url or []), kafka=settings, out=out,
             start_ms=start_at_ms if start_at_ms is not None else wall_ms(),
             duration_s=seconds, stop=stop, rate=rate, metrics_port=metrics_port,
+            metrics_host=metrics_host,
             say=lambda line: typer.echo(line))
 
     try:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings
+from surplus.cli_common import Bootstrap, MetricsHost, MetricsPort, Prefix, fail, kafka_settings
 
 
 def scheduler(
@@ -19,7 +19,8 @@ def scheduler(
     = None,
     start_at_ms: Annotated[int | None, typer.Option(
         help="Wall-clock ms the timeline starts at (default: now).")] = None,
-    metrics_port: Annotated[int, typer.Option(help="Prometheus port (0 = off).")] = 0,
+    metrics_port: MetricsPort = 0,
+    metrics_host: MetricsHost = "127.0.0.1",
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the schedule and exit; nothing is sent.")] = False,
     bootstrap: Bootstrap = None,
@@ -52,7 +53,8 @@ def scheduler(
                f"{', '.join(r.name for r in scn.regions)} on {settings.bootstrap}")
     try:
         runner = Scheduler(actions, settings, start,
-                           say=lambda line: typer.echo(line), metrics_port=metrics_port)
+                           say=lambda line: typer.echo(line), metrics_port=metrics_port,
+                           metrics_host=metrics_host)
     except OSError as exc:
         fail(f"cannot serve metrics on port {metrics_port}: {exc}")
     stats = runner.run(stop, end_ms=scn.duration_ms)

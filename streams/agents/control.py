@@ -92,7 +92,8 @@ class ControlPlane:
         app.on_partitions_revoked.connect(self._on_revoked)  # type: ignore[arg-type]
         app.on_partitions_assigned.connect(self._on_assigned)  # type: ignore[arg-type]
         if settings.metrics_port:
-            start_http_server(settings.metrics_port, registry=self.metrics.registry)
+            start_http_server(settings.metrics_port, addr=settings.metrics_host,
+                              registry=self.metrics.registry)
 
     def _input_agent(self, logical: str) -> Callable[[faust.StreamT], Awaitable[None]]:
         """The agent of one input topic: decode, check the scope, hand to its controller."""

@@ -117,6 +117,7 @@ class LoadGenerator:
     def __init__(self, scenario: Scenario, region: RegionConfig, client: RankingClient,
                  offsets_ms: np.ndarray, out: Path, *, num_dense: int, num_sparse: int,
                  max_in_flight: int = 512, metrics_port: int = 0,
+                 metrics_host: str = "127.0.0.1",
                  say: Callable[[str], None] = print) -> None:
         self.scenario = scenario
         self.region = region
@@ -134,7 +135,7 @@ class LoadGenerator:
         self._noise = np.random.default_rng(scenario.seed + 2)
         self.metrics = LoadMetrics()
         if metrics_port:
-            start_http_server(metrics_port, registry=self.metrics.registry)
+            start_http_server(metrics_port, addr=metrics_host, registry=self.metrics.registry)
         self.rows: list[tuple[Any, ...]] = []
         """One tuple per request, in REQUEST_COLUMNS order."""
         self.errors: dict[str, int] = {}
@@ -378,7 +379,7 @@ async def run_loadgen(scenario: Scenario, region: RegionConfig, base_dir: Path, 
                       baseline_urls: list[str], powerful_urls: list[str],
                       kafka: KafkaSettings | None, out: Path, start_ms: int,
                       duration_s: float, stop: asyncio.Event, rate: float | None = None,
-                      metrics_port: int = 0,
+                      metrics_port: int = 0, metrics_host: str = "127.0.0.1",
                       say: Callable[[str], None] = print) -> dict[str, Any]:
     """Build the client and the arrivals, run them, return the summary (also in ``out``)."""
     offsets = arrival_offsets_ms(region, scenario, base_dir, duration_s, rate)
@@ -388,7 +389,8 @@ async def run_loadgen(scenario: Scenario, region: RegionConfig, base_dir: Path, 
     client = RankingClient(config, kafka,
                            outcome_value=lambda req, resp: holder["g"].outcome_value(req, resp))
     gen = LoadGenerator(scenario, region, client, offsets, out, num_dense=num_dense,
-                        num_sparse=num_sparse, metrics_port=metrics_port, say=say)
+                        num_sparse=num_sparse, metrics_port=metrics_port,
+                        metrics_host=metrics_host, say=say)
     holder["g"] = gen
     await client.start()
     try:

@@ -55,7 +55,8 @@ class Scheduler:
     """Sends ``actions`` relative to ``start_ms`` until they run out or ``stop`` is set."""
 
     def __init__(self, actions: list[Action], kafka: KafkaSettings, start_ms: int, *,
-                 say: Callable[[str], None] = print, metrics_port: int = 0) -> None:
+                 say: Callable[[str], None] = print, metrics_port: int = 0,
+                 metrics_host: str = "127.0.0.1") -> None:
         self.actions = actions
         self.kafka = kafka
         self.start_ms = start_ms
@@ -63,7 +64,7 @@ class Scheduler:
         self.stats = SchedulerStats()
         self.metrics = SchedulerMetrics()
         if metrics_port:
-            start_http_server(metrics_port, registry=self.metrics.registry)
+            start_http_server(metrics_port, addr=metrics_host, registry=self.metrics.registry)
         self._producer = Producer(kafka.producer(**{"client.id": "surplus-scheduler",
                                                     "linger.ms": 0}))
         self._seq = 0

@@ -181,17 +181,18 @@ async def test_a_failing_model_fails_its_batch_and_the_batcher_keeps_serving(gat
         await asyncio.wait_for(bad, 10)
     good = batcher.submit_baseline(*rows(2, 1))
     assert list(await asyncio.wait_for(good, 10)) == expected(2, 1)
+    await wait_for_reports(reports, 2)
     assert reports[0].error is not None and reports[1].error is None
 
 
 async def test_a_full_batch_does_not_wait_for_max_wait() -> None:
     scorer = RecordingScorer()
-    batcher = Batcher(scorer, Admission(), BatchingConfig(max_batch_rows=8, max_wait_ms=1000.0))
+    batcher = Batcher(scorer, Admission(), BatchingConfig(max_batch_rows=8, max_wait_ms=10_000.0))
     batcher.start()
     try:
         fut = batcher.submit_baseline(*rows(1, 8))
         # Far less than max_wait_ms: the batch is full, so it must go at once.
-        assert list(await asyncio.wait_for(fut, 0.5)) == expected(1, 8)
+        assert list(await asyncio.wait_for(fut, 3.0)) == expected(1, 8)
     finally:
         batcher.stop(5)
 
