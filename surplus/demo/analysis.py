@@ -70,12 +70,15 @@ class RunInfo:
     """Requests/s one unit serves on the powerful model (``sbm.powerful_rps_per_accel_unit``)."""
     endpoints: dict[str, int] = field(default_factory=dict)
     """Local ports the run's processes served on (process name -> port)."""
+    replica_changes: list[tuple[float, str, str]] = field(default_factory=list)
+    """Opportunistic replicas started / reclaimed: (seconds into the run, worker, change)."""
 
     @classmethod
     def read(cls, path: Path) -> RunInfo:
         raw = json.loads(path.read_text())
         raw["phases"] = [tuple(p) for p in raw["phases"]]
         raw["storms"] = [tuple(s) for s in raw["storms"]]
+        raw["replica_changes"] = [tuple(c) for c in raw.get("replica_changes", [])]
         return cls(**raw)
 
 

@@ -63,6 +63,7 @@ def summarize(info: RunInfo, rec: Recorded | None, req: Requests | None,
     out.update(_baseline(info, rec, req))
     out.update(_optional(info, rec, loadgen))
     out.update(_levers(info, rec, loadgen))
+    out.update(_replicas(info, loadgen))
     buckets = analysis.reaction_buckets(metrics)
     p99 = analysis.histogram_quantile(0.99, buckets)
     out["notice_to_shed_p99_ms"] = None if p99 is None else round(p99 * 1000.0, 3)
@@ -102,6 +103,18 @@ def _baseline(info: RunInfo, rec: Recorded | None, req: Requests | None) -> dict
             float(np.median([w.p99_ms for w in judged])) if judged else None)
         out["baseline_rejected_by_workers"] = rec.telemetry.rejected
     return out
+
+
+def _replicas(info: RunInfo, loadgen: dict[str, Any] | None) -> dict[str, Any]:
+    """Opportunistic replicas lost and regained, and what their loss cost baseline requests:
+    calls retried on another replica (never a failed request, if the invariant holds)."""
+    changes = [c for _, _, c in info.replica_changes]
+    decisions = ((loadgen or {}).get("client") or {}).get("decisions") or {}
+    return {"opportunistic_replicas_started": changes.count("started"),
+            "opportunistic_replicas_reclaimed": changes.count("reclaimed"),
+            "replica_changes": [{"t_s": t, "worker_id": w, "change": c}
+                                for t, w, c in info.replica_changes],
+            "baseline_retries_on_another_replica": decisions.get("baseline_retry", {})}
 
 
 def _optional(info: RunInfo, rec: Recorded | None,

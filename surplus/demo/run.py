@@ -4,13 +4,16 @@ Order of a run (each step waits for the one before, and every wait gives up on C
 
 1. Kafka: the given cluster, or an embedded KRaft broker in a temporary directory; topics.
 2. The event-log recorder (``surplus record``), so the log holds the run from its first event.
-3. The control plane (Faust worker) and the inference workers: one process per replica the
-   scenario can lend, each in its own session; then readiness (``/readyz``) and a warm-up.
-4. The capacity scheduler and the load generator on one shared timeline.
+3. The control plane (Faust worker) and the provisioned inference workers, each in its own
+   session, then readiness (``/readyz``; a worker warms its model up before it is ready).
+4. The capacity scheduler and the load generator on one shared timeline; opportunistic
+   replicas start when their capacity is lent and are stopped at the deadline of the notice
+   that takes it back (``schedule.replica_changes``), so clients really lose them.
 5. Live progress until the duration is over.
 6. Shutdown in dependency order — load first, then the scheduler (which revokes what it lent),
-   workers (after their preemption histograms are scraped), control plane, recorder, Prometheus,
-   broker — and a report built only from what the run left on disk.
+   workers (after their preemption histograms are scraped; a reclaimed replica's are scraped
+   before it stops), control plane, recorder, Prometheus, broker — and a report built only
+   from what the run left on disk.
 
 A Ctrl-C or SIGTERM at any point jumps to step 6 with what exists; a second one shortens the
 waits. Every child runs in its own session with a parent-death signal, so none outlives the run.
@@ -99,6 +102,13 @@ class Demo:
         self.end_ms = 0
         self.error: str | None = None
         self.prometheus_port = 0
+        #: Replica changes still to come, and those done: (seconds into the run, worker, what).
+        self.pending: list[schedule.ReplicaChange] = []
+        self.replica_log: list[tuple[float, str, str]] = []
+        #: Workers expected not to run now (not lent yet, or taken back).
+        self.offline: set[str] = set()
+        #: /metrics of replica processes already taken back, by ``worker_id#n``.
+        self.scraped: dict[str, str] = {}
 
     # -- the run -------------------------------------------------------------------------
 
@@ -138,7 +148,6 @@ class Demo:
         self._start_recorder()
         self._start_control_plane()
         self._start_workers()
-        self._warm_up()
         self._start_load()
         self._watch()
 
@@ -148,6 +157,7 @@ class Demo:
         self.actions = schedule.build(self.scenario, self.base_dir)
         self.phases = plan.phases(self.scenario, schedule.first_grant_s(self.actions))
         self.replicas = plan.replicas(self.region)
+        self.changes = schedule.replica_changes(self.actions, self.replicas)
         self.out.mkdir(parents=True, exist_ok=True)
         for name in ("summary.json", "report.html", "run.json", report.EVENT_LOG,
                      "worker_metrics.json", "latency.png", "targets.png", "capacity.png",
@@ -226,7 +236,9 @@ class Demo:
     def _worker_config(self) -> Path:
         ranking = sum(1 for r in self.replicas if r.model == "baseline")
         tree = {"budget_share": round(1.0 / max(1, ranking), 6),
-                "model": {"threads": 1}, "batching": {"max_wait_ms": 1.0},
+                "model": {"threads": 1, "warmup_rows": self.region.base_candidates
+                          + self.region.max_extra_candidates},
+                "batching": {"max_wait_ms": 1.0},
                 "admission": _builtins(self.scenario.worker.admission),
                 "limits": _builtins(self.scenario.worker.limits)}
         path = self.out / "worker.toml"
@@ -234,27 +246,80 @@ class Demo:
         return path
 
     def _start_workers(self) -> None:
+        """Every worker gets its process description now; the provisioned ones start now, the
+        opportunistic ones whose capacity follows a schedule when it lends them."""
         config = self._worker_config()
+        managed = schedule.managed_replicas(self.changes)
         for r in self.replicas:
-            self._start(r.worker_id, [
+            self.children[r.worker_id] = Child(r.worker_id, [
                 "worker", "--config", str(config), "--worker-id", r.worker_id,
                 "--region", r.region, "--service", r.service, "--tier", r.tier,
                 "--accelerator", r.accelerator, "--model", r.model,
                 "--port", str(self.ports.workers[r.worker_id]), *self._kafka_args(),
-                "--loglevel", "warning"])
-        self.say(f"workers: starting {len(self.replicas)} (torch models load in each)")
-        for r in self.replicas:
-            ok = wait_until(partial(self._ready, r.worker_id), 180.0, 0.5, stop=self._stopping)
+                "--loglevel", "warning"], self.out / "logs")
+        now = [r.worker_id for r in self.replicas if r.worker_id not in managed]
+        self.offline = set(managed)
+        for worker_id in now:
+            self.children[worker_id].start()
+        self.say(f"workers: starting {', '.join(now)} (torch models load and warm up in each); "
+                 f"{len(managed)} opportunistic replica(s) start when their capacity is lent")
+        for worker_id in now:
+            ok = wait_until(partial(self._ready, worker_id), 180.0, 0.5, stop=self._stopping)
             self._check()
             self._check_alive()
             if not ok:
-                raise DemoError(f"worker {r.worker_id} not ready within 180s:\n"
-                                f"{self.children[r.worker_id].tail()}")
+                raise DemoError(f"worker {worker_id} not ready within 180s:\n"
+                                f"{self.children[worker_id].tail()}")
         self._check_alive()
-        self.say("workers: all ready")
+        self.say("workers: ready")
+
+    def _follow_replicas(self) -> None:
+        """Start and take back opportunistic replicas whose time has come (from the watch loop:
+        children are started from the main thread, whose end is their parent-death signal)."""
+        now = wall_ms()
+        while self.pending and self.start_ms + self.pending[0].at_ms <= now:
+            change = self.pending.pop(0)
+            (self._replica_up if change.up else self._replica_down)(change.worker_id)
+            self.replica_log.append((round((wall_ms() - self.start_ms) / 1000.0, 3),
+                                     change.worker_id, "started" if change.up else "reclaimed"))
+
+    def _replica_up(self, worker_id: str) -> None:
+        """Capacity lent: a new replica process starts (clients retry elsewhere until it is
+        ready). One still draining from its last reclaim is waited for first."""
+        child = self.children[worker_id]
+        if child.alive():
+            child.stop(signal.SIGTERM, 10.0)
+        child.start()
+        self.offline.discard(worker_id)
+        self.say(f"replica {worker_id}: capacity lent, starting")
+
+    def _replica_down(self, worker_id: str) -> None:
+        """The notice's deadline: the owner takes the machine back. Scrape first (the reaction
+        histogram lives in the process), then stop it as a reclaimed machine goes: it serves
+        what it has queued and exits while the run goes on."""
+        self.offline.add(worker_id)
+        text = self._scrape(worker_id)
+        if text is not None:
+            self.scraped[f"{worker_id}#{len(self.scraped) + 1}"] = text
+        self.children[worker_id].send(signal.SIGTERM)
+        self.say(f"replica {worker_id}: capacity reclaimed, stopping")
+
+    def _dead(self) -> list[str]:
+        """Children that should be running and are not (the scheduler and the load generator
+        may end on their own, status 0, when their timeline is over, a moment before ours)."""
+        dead = []
+        for name, child in list(self.children.items()):
+            if child.popen is None or name in self.offline or name == "prometheus":
+                continue
+            if child.alive():
+                continue
+            if child.popen.poll() == 0 and name in ("scheduler", "loadgen"):
+                continue
+            dead.append(name)
+        return dead
 
     def _stopping(self) -> bool:
-        return self.stop.is_set() or any(not c.alive() for c in self.children.values())
+        return self.stop.is_set() or bool(self._dead())
 
     def _ready(self, worker_id: str) -> bool:
         url = f"{self._url(worker_id)}/readyz"
@@ -266,18 +331,6 @@ class Demo:
 
     def _url(self, worker_id: str) -> str:
         return f"http://127.0.0.1:{self.ports.workers[worker_id]}"
-
-    def _warm_up(self) -> None:
-        """A few baseline-only requests per ranking replica before the clock starts: the first
-        forward passes of a fresh process are slow, and a real fleet warms a replica up before
-        it takes traffic. They land before the load phase and are not judged."""
-        from surplus.demo.warmup import warm_up
-
-        for r in self.replicas:
-            self._check()
-            if r.model == "baseline":
-                warm_up(self._url(r.worker_id), self.region.base_candidates
-                        + self.region.max_extra_candidates)
 
     def _start_load(self) -> None:
         self.start_ms = wall_ms() + int(LEAD_S * 1000)
@@ -296,6 +349,7 @@ class Demo:
         self._start("loadgen", ["loadgen", *timeline, *urls, *rate, "--out",
                                 str(self.out / "loadgen"), "--metrics-port",
                                 str(self.ports.loadgen), *self._kafka_args()])
+        self.pending = list(self.changes)
         if self.opt.prometheus:
             self._start_prometheus()
         self.say(f"load: starts in {LEAD_S:.0f}s and runs {self.opt.duration_s:.0f}s; "
@@ -326,6 +380,7 @@ class Demo:
         next_line = 0.0
         while wall_ms() < self.end_ms:
             self._check()
+            self._follow_replicas()
             self._check_alive()
             if time.monotonic() >= next_line:
                 self._progress()
@@ -334,14 +389,10 @@ class Demo:
         self._progress()
 
     def _check_alive(self) -> None:
-        """A child that died means the run is broken; the scheduler and the load generator
-        may end on their own (status 0) when their timeline is over, a moment before ours."""
-        for name, child in self.children.items():
-            if child.alive() or name == "prometheus":
-                continue
+        """A child that died means the run is broken, and so does a keeper that failed."""
+        for name in self._dead():
+            child = self.children[name]
             status = child.popen.poll() if child.popen else None
-            if status == 0 and name in ("scheduler", "loadgen"):
-                continue
             raise DemoError(f"{name} exited with status {status}:\n{child.tail()}")
 
     def _progress(self) -> None:
@@ -392,6 +443,7 @@ class Demo:
             self.end_ms = wall_ms()
         self.end_ms = max(self.start_ms, min(self.end_ms or wall_ms(), wall_ms()))
         self._stop_child("scheduler", signal.SIGTERM, 5 if quick() else 20)
+        self.pending = []
         self._scrape_workers()
         workers = [r.worker_id for r in getattr(self, "replicas", [])]
         for name in workers:
@@ -423,18 +475,23 @@ class Demo:
             self.say(f"{name}: exited with status {rc} (log: {child.log_path})")
 
     def _scrape_workers(self) -> None:
-        """Each worker's /metrics text, for the preemption reaction histogram."""
-        texts: dict[str, str] = {}
-        for name, port in getattr(self, "ports", Ports(0, 0, 0, {})).workers.items():
+        """Each worker's /metrics text, for the preemption reaction histogram (with those of
+        replicas already taken back)."""
+        texts = dict(self.scraped)
+        for name in getattr(self, "ports", Ports(0, 0, 0, {})).workers:
             child = self.children.get(name)
-            if child is None or not child.alive():
-                continue
-            with contextlib.suppress(urllib.error.URLError, OSError):
-                url = f"http://127.0.0.1:{port}/metrics"
-                with urllib.request.urlopen(url, timeout=3.0) as resp:
-                    texts[name] = resp.read().decode()
+            text = self._scrape(name) if child is not None and child.alive() else None
+            if text is not None:
+                texts[name] = text
         if texts:
             (self.out / "worker_metrics.json").write_text(json.dumps(texts))
+
+    def _scrape(self, worker_id: str) -> str | None:
+        with contextlib.suppress(urllib.error.URLError, OSError):
+            url = f"{self._url(worker_id)}/metrics"
+            with urllib.request.urlopen(url, timeout=3.0) as resp:
+                return str(resp.read().decode())
+        return None
 
     def _write_report(self) -> None:
         if not self.start_ms or not hasattr(self, "scenario"):
@@ -443,7 +500,8 @@ class Demo:
                         self.end_ms or wall_ms(), self.opt.duration_s,
                         interrupted=self.stop.is_set(),
                         kafka="embedded" if self.broker_dir else "external",
-                        endpoints=self._endpoints())
+                        endpoints=self._endpoints(),
+                        replica_changes=self.replica_log)
         (self.out / "run.json").write_text(json.dumps(asdict(info), indent=2) + "\n")
         try:
             summary = report.build(self.out)
@@ -498,7 +556,8 @@ def _builtins(struct: Any) -> dict[str, Any]:
 
 def run_info(scenario: Scenario, phases: list[plan.Phase], replicas: list[plan.Replica],
              start_ms: int, end_ms: int, duration_s: float, *, interrupted: bool,
-             kafka: str, endpoints: dict[str, int]) -> RunInfo:
+             kafka: str, endpoints: dict[str, int],
+             replica_changes: list[tuple[float, str, str]] | None = None) -> RunInfo:
     region = scenario.regions[0]
     return RunInfo(
         scenario=scenario.name, region=region.name, start_ms=start_ms, end_ms=end_ms,
@@ -510,7 +569,7 @@ def run_info(scenario: Scenario, phases: list[plan.Phase], replicas: list[plan.R
         interrupted=interrupted, kafka=kafka,
         rma_candidates_per_unit_s=scenario.control.rma.candidates_per_accel_unit_s,
         powerful_rps_per_unit=scenario.control.sbm.powerful_rps_per_accel_unit,
-        endpoints=endpoints)
+        endpoints=endpoints, replica_changes=replica_changes or [])
 
 
 def verdict(summary: dict[str, Any]) -> str:

@@ -15,6 +15,10 @@ Rules (what a real capacity scheduler promises):
   with the outage's notice), then a grant at the smaller size at once, or, when nothing is
   left, a revoke at the notice's deadline (the moment the replicas are really gone);
 - end of the run -> every pool still lent is revoked (``closing_actions``).
+
+A live run also follows the replicas themselves (``replica_changes``): an opportunistic
+replica's process exists only while it is lent, as on a real fleet where the owner takes the
+machine back at the notice's deadline and a new replica starts when capacity is lent again.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import numpy as np
 from schemas.contract import CapacityEvent, PreemptionNotice
 from sim.scenario import PoolConfig, Scenario
 from sim.traces import capacity_shape, lendable, outages
-from surplus.demo.plan import replica_id
+from surplus.demo.plan import Replica, replica_id
 
 Kind = Literal["grant", "revoke", "notice"]
 
@@ -143,3 +147,57 @@ def closing_actions(actions: list[Action], sent_until_ms: int) -> list[Action]:
 def first_grant_s(actions: list[Action]) -> float | None:
     grants = [a.at_ms for a in actions if a.kind == "grant"]
     return min(grants) / 1000.0 if grants else None
+
+
+@dataclass(frozen=True)
+class ReplicaChange:
+    """An opportunistic replica starts (``up``) or is taken back, ``at_ms`` into the run."""
+
+    at_ms: int
+    worker_id: str
+    up: bool
+
+
+def replica_changes(actions: list[Action], replicas: list[Replica]) -> list[ReplicaChange]:
+    """When each opportunistic replica of a pool with a capacity shape exists.
+
+    A grant for ``n`` replicas starts replicas 0..n-1 that are not running; a notice takes back
+    the replicas it names (all running ones when it names none) at its deadline, and a revoke
+    any left at once. A replica lent again before its deadline restarts at the deadline.
+    """
+    by_pool: dict[str, list[str]] = {}
+    for r in replicas:
+        if r.tier == "opportunistic":
+            by_pool.setdefault(r.pool_id, []).append(r.worker_id)
+    running: dict[str, bool] = {}
+    gone_at: dict[str, int] = {}
+    out: list[ReplicaChange] = []
+
+    def down(worker_id: str, at_ms: int) -> None:
+        if running.get(worker_id):
+            running[worker_id] = False
+            gone_at[worker_id] = at_ms
+            out.append(ReplicaChange(at_ms, worker_id, up=False))
+
+    for a in actions:
+        ids = by_pool.get(a.pool_id)
+        if ids is None:
+            continue
+        if a.kind == "notice":
+            for worker_id in (a.named or ids):
+                down(worker_id, a.at_ms + a.notice_ms)
+        elif a.kind == "revoke":
+            for worker_id in ids:
+                down(worker_id, a.at_ms)
+        else:
+            for worker_id in ids[:a.replicas]:
+                if not running.get(worker_id):
+                    running[worker_id] = True
+                    out.append(ReplicaChange(max(a.at_ms, gone_at.get(worker_id, 0)),
+                                             worker_id, up=True))
+    return sorted(out, key=lambda c: c.at_ms)
+
+
+def managed_replicas(changes: list[ReplicaChange]) -> set[str]:
+    """Replicas whose processes follow the schedule (the others run for the whole run)."""
+    return {c.worker_id for c in changes}

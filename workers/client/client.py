@@ -200,8 +200,9 @@ class RankingClient:
         raise AssertionError("unreachable: baseline_urls is never empty")
 
     def _next_url(self, model: Model) -> str:
-        """The next replica of a pool in turn, skipping ones that just failed to connect (while
-        another is left): a dead replica costs one failed call per `replica_down_s`."""
+        """The next replica of a pool in turn, skipping ones that just failed to connect or
+        said they are not ready (while another is left): a dead, starting or draining replica
+        costs one failed call per `replica_down_s`."""
         urls = self._urls[model]
         url = next(urls)
         if not self._down_until:
@@ -223,6 +224,9 @@ class RankingClient:
                     timeout=aiohttp.ClientTimeout(total=timeout_s)) as http:
                 body = await http.read()
                 if http.status != 200:
+                    if http.status == 503 and model == "baseline":
+                        # Not ready (starting, draining): ask the others for a while.
+                        self._down_until[url] = time.perf_counter() + self.config.replica_down_s
                     raise _CallFailed(f"http_{http.status}")
             response = decode_response(body)
             if response.request_id != request.request_id:

@@ -66,6 +66,10 @@ class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     device: Literal["auto", "cpu", "cuda"] = "auto"
     #: Intra-op threads for torch; 0 picks one per core minus one for the event loop.
     threads: Annotated[int, Meta(ge=0, le=256)] = 0
+    #: Before it takes traffic, the model runs forward passes of 2, 4, ... up to this many rows:
+    #: a fresh process allocates and picks kernels on its first passes of each size, and a
+    #: replica that joins a pool mid-run must not spend them on live requests.
+    warmup_rows: Annotated[int, Meta(ge=2, le=1 << 16)] = 64
 
 
 def _mlp(widths: list[int], final_activation: bool) -> nn.Sequential:
@@ -245,7 +249,7 @@ class ModelLoadError(RuntimeError):
 
 
 def load_model(spec: ModelSpec) -> LoadedModel:
-    """The model of ``spec`` on its device, warmed up with one forward pass.
+    """The model of ``spec`` on its device, checked and warmed up by forward passes.
 
     ``.pt2`` files are ``torch.export`` programs; any other file is tried as TorchScript.
     """
@@ -258,16 +262,23 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         module = _load_file(Path(spec.path), device)
         source = spec.path
     loaded = LoadedModel(module, spec.name, spec.config, device, source)
-    dense, sparse = example_inputs(spec.config, rows=2)
-    try:
-        scores = loaded.score(dense.numpy(), sparse.numpy())
-    except Exception as exc:
-        raise ModelLoadError(f"{source} does not accept dense[B, {spec.config.num_dense}] and "
-                             f"sparse[B, {spec.config.num_sparse}]: {exc}") from exc
-    if scores.shape != (2,):
-        raise ModelLoadError(f"{source} returned shape {tuple(scores.shape)} for 2 rows; "
-                             "expected one score per row")
+    for rows in warmup_sizes(spec.warmup_rows):
+        dense, sparse = example_inputs(spec.config, rows=rows, seed=rows)
+        try:
+            scores = loaded.score(dense.numpy(), sparse.numpy())
+        except Exception as exc:
+            raise ModelLoadError(f"{source} does not accept dense[B, {spec.config.num_dense}] "
+                                 f"and sparse[B, {spec.config.num_sparse}]: {exc}") from exc
+        if scores.shape != (rows,):
+            raise ModelLoadError(f"{source} returned shape {tuple(scores.shape)} for {rows} "
+                                 "rows; expected one score per row")
     return loaded
+
+
+def warmup_sizes(max_rows: int) -> list[int]:
+    """Batch sizes of the warm-up passes: powers of two from 2, then ``max_rows`` itself."""
+    sizes = [1 << k for k in range(1, max_rows.bit_length()) if 1 << k < max_rows]
+    return [*sizes, max_rows]
 
 
 def _load_file(path: Path, device: torch.device) -> Any:

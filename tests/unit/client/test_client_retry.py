@@ -74,15 +74,16 @@ async def test_request_in_flight_on_a_dying_replica_is_retried(
     assert len(worker.seen) == 2
 
 
-async def test_draining_replica_is_retried_but_a_model_failure_is_not(
+async def test_draining_replica_is_retried_then_skipped_but_a_model_failure_is_not(
         healthy: tuple[Worker, str]) -> None:
     _, url = healthy
     draining, failing = Worker("baseline", status=503), Worker("baseline", status=500)
     servers = [await serve(draining), await serve(failing)]
     urls = [str(s.make_url("")).rstrip("/") for s in servers]
     try:
-        client = await _rank_all([urls[0], url], 1)
-        assert client.summary()["decisions"]["baseline_retry"] == {"http_503": 1}
+        client = await _rank_all([urls[0], url], 4)
+        assert client.summary()["decisions"]["baseline_retry"] == {"http_503": 1}  # then skipped
+        assert len(draining.seen) == 1
         with pytest.raises(RankingError, match="http_500"):
             await _rank_all([urls[1], url], 1)
     finally:

@@ -128,3 +128,32 @@ def test_the_demo_scenario_control_table_round_trips_through_toml(tmp_path: Path
     (tmp_path / "control.toml").write_text(plan.control_toml(scenario))
     assert load_config(tmp_path / "control.toml") == scenario.control
     assert msgspec.to_builtins(scenario.control)["rma"]["integral_min"] is None
+
+
+def test_opportunistic_replicas_run_only_while_lent(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    scenario, base = load_scenario(tmp_path / "s.toml")
+    changes = schedule.replica_changes(schedule.build(scenario, base),
+                                       plan.replicas(scenario.regions[0]))
+    rep = "eu1-baseline-cpu-opportunistic-"
+    assert [(c.at_ms, c.worker_id[len(rep):], c.up) for c in changes] == [
+        (5000, "0", True), (5000, "1", True), (5000, "2", True),   # the first grant
+        (32_000, "1", False), (32_000, "2", False),                # the step down's deadline
+        (41_000, "0", False),                                      # the storm's deadline
+        (50_000, "0", True)]                                       # capacity back
+    assert schedule.managed_replicas(changes) == {rep + "0", rep + "1", rep + "2"}
+
+
+def test_a_replica_lent_again_before_its_deadline_restarts_after_it() -> None:
+    pool = "eu1/rank/baseline/cpu/opportunistic"
+    replica = plan.Replica(worker_id="r0", region="eu1", service="rank", model="baseline",
+                           tier="opportunistic", accelerator="cpu", pool_id=pool)
+
+    def act(at_ms: int, kind: schedule.Kind, n: int, notice_ms: int = 0) -> schedule.Action:
+        return schedule.Action(at_ms=at_ms, kind=kind, region="eu1", pool_id=pool,
+                               accelerator="cpu", replicas=n, cpu_per_replica=1.0,
+                               notice_ms=notice_ms)
+
+    actions = [act(0, "grant", 1), act(1000, "notice", 1, notice_ms=3000), act(2000, "grant", 1)]
+    changes = schedule.replica_changes(actions, [replica])
+    assert [(c.at_ms, c.up) for c in changes] == [(0, True), (4000, False), (4000, True)]

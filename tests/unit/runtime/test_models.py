@@ -20,6 +20,7 @@ from workers.runtime.models import (
     export_model,
     load_model,
     trace_model,
+    warmup_sizes,
 )
 
 TINY = ModelConfig(num_dense=4, num_sparse=3, rows_per_table=50, embedding_dim=4,
@@ -129,3 +130,25 @@ def test_model_spec_rejects_unknown_keys_by_name() -> None:
         msgspec.convert({"config": {"layers": 3}}, ModelSpec)
     with pytest.raises(msgspec.ValidationError, match="name"):
         msgspec.convert({"name": "huge"}, ModelSpec)
+
+
+class _FirstFourRows(torch.nn.Module):
+    """A broken user model: scores at most four rows, whatever the batch."""
+
+    def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(dense[:4, 0])
+
+
+def test_warm_up_passes_cover_every_batch_size_up_to_the_limit() -> None:
+    assert warmup_sizes(2) == [2]
+    assert warmup_sizes(64) == [2, 4, 8, 16, 32, 64]
+    assert warmup_sizes(100) == [2, 4, 8, 16, 32, 64, 100]
+
+
+def test_model_that_fails_on_larger_batches_is_refused_at_load_not_under_traffic(
+        tmp_path: Path) -> None:
+    path = tmp_path / "four.ts"
+    torch.jit.save(torch.jit.script(_FirstFourRows()), str(path))
+    load_model(ModelSpec(path=str(path), config=TINY, warmup_rows=4))  # small batches: fine
+    with pytest.raises(ModelLoadError, match=r"shape \(4,\) for 8 rows"):
+        load_model(ModelSpec(path=str(path), config=TINY, warmup_rows=8))
