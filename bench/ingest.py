@@ -88,12 +88,13 @@ def raw_loop(kafka: KafkaSettings, n: int) -> float:
     seen, first, started = 0, 0, 0.0
     while seen < n:
         for msg in consumer.consume(1000, 1.0):
-            if msg.error():
+            value, key = msg.value(), msg.key()
+            if msg.error() or value is None or key is None:
                 continue
-            reports = decode_telemetry(msg.value())
+            reports = decode_telemetry(value)
             if not seen:
                 started, first = time.perf_counter(), len(reports)
-            controller = controllers[msg.key().decode()]
+            controller = controllers[key.decode()]
             for report in reports:
                 controller.on_report(report, report.window_end_ms)
             seen += len(reports)

@@ -29,8 +29,11 @@ def listening_on(port: int) -> set[str]:
 def test_scheduler_metrics_bind_loopback_by_default_and_elsewhere_only_when_asked(
         host: str | None) -> None:
     port = free_port()
-    kwargs = {} if host is None else {"metrics_host": host}
-    Scheduler([], KafkaSettings(bootstrap="127.0.0.1:1"), 0, metrics_port=port, **kwargs)
+    settings = KafkaSettings(bootstrap="127.0.0.1:1")
+    if host is None:
+        Scheduler([], settings, 0, metrics_port=port)
+    else:
+        Scheduler([], settings, 0, metrics_port=port, metrics_host=host)
     assert listening_on(port) == {host or "127.0.0.1"}
 
 
