@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 JARS    := .kafka/libs/.fetched
 
-.PHONY: test test-fast test-faults lint demo bench clean setup
+.PHONY: test test-fast test-faults lint demo bench clean setup compose-check
 
 setup: $(STAMP) $(JARS)
 
@@ -41,6 +41,12 @@ demo: setup
 
 bench: setup
 	$(BIN)/surplus bench --out out/bench
+
+# docker-compose.yml as `docker compose config` sees it (compose-spec's loader where no Docker).
+compose-check:
+	@if docker compose version >/dev/null 2>&1; then docker compose config -q; \
+	else cd infra/compose-check && go run . ../../docker-compose.yml >/dev/null; fi
+	@echo "docker-compose.yml: valid"
 
 clean:
 	rm -rf out .pytest_cache .mypy_cache .ruff_cache
