@@ -48,7 +48,7 @@ async def test_capacity_reports_and_a_tick_publish_period_targets(
         await agent.put(encode(_grant("eu1", now)), key=b"eu1", partition=0)
     async with control_plane.agents["telemetry"].test_context() as agent:
         batch = [report for _, report in _reports("eu1", now, n=4)]
-        await agent.put(encode_telemetry(batch), key=b"eu1", partition=0)  # type: ignore[arg-type]
+        await agent.put(encode_telemetry(batch), key=b"eu1", partition=0)
     assert control_plane.metrics.reports._value.get() == 4
     async with control_plane.agents["ticks"].test_context() as agent:
         await agent.put(msgspec.json.encode(Tick(now_ms_plus(1000))), partition=0)

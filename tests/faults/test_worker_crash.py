@@ -23,7 +23,7 @@ from tests.integration.fleet import WorkerProc, metric
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults, pytest.mark.slow]
 
-SLOW_BATCH = {"max_wait_ms": 100.0}
+SLOW_BATCH: dict[str, object] = {"max_wait_ms": 100.0}
 DEADLINE_MS = 250.0
 
 

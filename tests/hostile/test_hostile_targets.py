@@ -15,6 +15,7 @@ import asyncio
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -27,6 +28,7 @@ from schemas.signing import sign
 from tests.integration.fleet import REGION, WorkerProc, by_label
 from tests.integration.harness import TopicReader
 from tests.integration.worker_support import body
+from workers.api import Candidate
 from workers.client.client import RankingClient
 from workers.client.config import ClientConfig
 from workers.policy.targets import LocalLimits
@@ -156,7 +158,7 @@ async def _client_run(kafka: KafkaSettings, url: str, send: object, cases: list[
                 "feed": dict(client.summary()["feed"])}
 
 
-def _post(url: str, payload: bytes) -> dict[str, object]:
+def _post(url: str, payload: bytes) -> dict[str, Any]:
     import json
     import urllib.request
 
@@ -172,9 +174,7 @@ def _worker_saw(worker: WorkerProc) -> float:
     return sum(handled.values()) - handled.get("other_scope", 0)
 
 
-def _candidates(n: int) -> list[object]:
-    from workers.api import Candidate
-
+def _candidates(n: int) -> list[Candidate]:
     return [Candidate(id=i, sparse=[i % 60, 1, 2], prior=0.1) for i in range(n)]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.kafka
 LOGICAL_OF = {spec.value_type: logical for logical, spec in BY_LOGICAL.items()}
 
 
-def _consume_all(kafka: KafkaSettings, topics: list[str], expected: int) -> list:  # type: ignore[type-arg]
+def _consume_all(kafka: KafkaSettings, topics: list[str], expected: int) -> list[Any]:
     consumer = Consumer(kafka.confluent(**{"group.id": "roundtrip",
                                            "auto.offset.reset": "earliest"}))
     consumer.subscribe(topics)
@@ -70,7 +71,7 @@ def test_aiokafka_round_trips_every_event_with_key_and_partition(kafka: KafkaSet
                                     bootstrap_servers=kafka.bootstrap,
                                     auto_offset_reset="earliest", group_id="aio-roundtrip")
         await consumer.start()
-        got = []
+        got: list[Any] = []
         try:
             async with asyncio.timeout(30):
                 while len(got) < len(SAMPLES):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,12 +57,12 @@ def _grant(scope: str, ts_ms: int) -> CapacityEvent:
 
 
 def _reports(scope: str, ts_ms: int, n: int = 4, latency_ms: float = 5.0
-             ) -> list[tuple[str, object]]:
+             ) -> list[tuple[str | None, Any]]:
     report = next(e for e in SAMPLES if type(e).__name__ == "WindowReport")
     sketch = new_sketch()
     for i in range(200):
         sketch.add(latency_ms + (i % 10))
-    out = []
+    out: list[tuple[str | None, Any]] = []
     for i in range(n):
         out.append((scope, report.__class__(**{
             **{f: getattr(report, f) for f in report.__struct_fields__},
@@ -131,7 +132,7 @@ def test_targets_every_period_with_growing_epoch_fast_path_and_dead_letters(
         for logical in inputs:
             publish(kafka, logical, [("eu1", b"{not json"), ("eu1", b"\x00\xff garbage")])
         publish(kafka, "telemetry", [("us2", _reports("eu1", now)[0][1])])
-        letters = []
+        letters: list[DeadLetter] = []
         deadline = time.monotonic() + 30
         while len(letters) < 2 * len(inputs) + 1 and time.monotonic() < deadline:
             letters += [decode(DeadLetter, m.value()) for m in dead.poll(0.5)]
@@ -260,6 +261,6 @@ def test_partition_count_other_than_the_topics_stops_the_control_plane_at_start(
         kafka: KafkaSettings, tmp_path: Path) -> None:
     proc = Proc(["control-plane", "--bootstrap", kafka.bootstrap, "--prefix", kafka.prefix,
                  "--partitions", "3", "--data-dir", str(tmp_path)], tmp_path / "cp.log")
-    assert proc.popen.wait(60) == 1
+    assert proc.popen is not None and proc.popen.wait(60) == 1
     assert "has 2 partitions but --partitions is 3" in proc.output()
     proc.stop()

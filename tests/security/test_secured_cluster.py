@@ -168,8 +168,9 @@ def _round_trip_confluent(settings: KafkaSettings, topic: str) -> bytes:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                return bytes(msg.value())
+            value = msg.value() if msg is not None and msg.error() is None else None
+            if value is not None:
+                return bytes(value)
         raise AssertionError(f"nothing read back from {topic}")
     finally:
         consumer.close()
@@ -286,7 +287,7 @@ def test_no_principal_but_the_control_plane_may_write_targets(secured: Secured,
                                                               who: str) -> None:
     settings = {"worker": secured.mtls(), "scheduler": secured.plain("scheduler"),
                 "client": secured.scram("client", "SCRAM-SHA-256")}[who]
-    errors: list[KafkaError] = []
+    errors: list[KafkaError | None] = []
     producer = Producer(settings.producer(**{"linger.ms": 0, "message.timeout.ms": 10_000}))
     producer.produce(settings.topic("targets"), key=b"eu1", value=b"{}",
                      on_delivery=lambda err, _msg: errors.append(err))

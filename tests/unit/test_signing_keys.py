@@ -43,7 +43,7 @@ def test_control_plane_key_from_env_or_file_signs_what_workers_verify(
     path.write_text("k-file\n")
     from_file = ControlPlaneSettings(signing_key_file=path).signing_key_bytes()
     assert (from_env, from_file) == (b"k-env", b"k-file")
-    assert verifier("k-file")(sign(targets(), from_file))
+    assert from_file is not None and verifier("k-file")(sign(targets(), from_file))
     assert ControlPlaneSettings().signing_key_bytes() is None
 
 

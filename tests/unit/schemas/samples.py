@@ -17,7 +17,7 @@ from schemas.contract import (
 from schemas.sketch import new_sketch, to_wire
 
 
-def _sketch():  # type: ignore[no-untyped-def]
+def _sketch():
     sketch = new_sketch()
     for ms in (1.5, 2.0, 3.0, 40.0, 90.0):
         sketch.add(ms)

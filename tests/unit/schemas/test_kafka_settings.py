@@ -43,7 +43,7 @@ def test_mutual_tls_maps_to_librdkafka_certificate_keys(pem: dict[str, str]) -> 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_sasl_ssl_maps_mechanism_credentials_and_trust(pem: dict[str, str],
                                                       mechanism: str) -> None:
-    config = KafkaSettings(security_protocol="SASL_SSL", sasl_mechanism=mechanism,  # type: ignore[arg-type]
+    config = KafkaSettings(security_protocol="SASL_SSL", sasl_mechanism=mechanism,
                            sasl_username="u", sasl_password="p", ssl_cafile=pem["ca"],
                            ssl_check_hostname=False).confluent()
     assert (config["sasl.mechanism"], config["sasl.username"], config["sasl.password"]) == (

@@ -8,7 +8,7 @@ import pytest
 from schemas.sketch import SketchMerger, SketchMismatch, from_wire, new_sketch, to_wire
 
 
-def _sketch_of(values: np.ndarray):  # type: ignore[no-untyped-def]
+def _sketch_of(values: np.ndarray):
     sketch = new_sketch()
     for v in values:
         sketch.add(float(v))
