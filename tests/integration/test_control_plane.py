@@ -249,8 +249,9 @@ def test_two_processes_publish_each_scope_once_per_period_and_hand_over(
             around = [t for t in times if t > stopped_at - 2000]
             gaps = [y - x for x, y in itertools.pairwise(around)]
             print(f"{scope}: largest gap across the hand-over {max(gaps)} ms")
-            # One period plus the group's rebalance after a clean leave.
-            assert max(gaps) <= PERIOD_S * 1000 + 5000, f"{scope} gap {max(gaps)} ms"
+            # A clean leave costs at most one period without targets (plus scheduling noise):
+            # the remaining member hears of the rebalance at its next heartbeat (1 s).
+            assert max(gaps) <= 2 * PERIOD_S * 1000 + 500, f"{scope} gap {max(gaps)} ms"
     finally:
         a.stop()
         b.stop()
