@@ -28,6 +28,12 @@ class ControlPlaneSettings(BaseSettings):
     #: scopes go without targets after a control-plane process dies without leaving (kill -9,
     #: a lost machine). Faust's default of 60 s outlives a typical targets TTL.
     session_timeout_s: float = Field(default=10.0, ge=6.0, le=300.0)
+    #: A stable name for this process (a StatefulSet pod, a systemd unit): static group
+    #: membership, so a process restarted in place takes its partitions back at once instead
+    #: of after the session timeout. The cost: a named process that stops for good does not
+    #: leave the group, so its scopes wait the session timeout before another takes them.
+    instance_id: str | None = Field(default=None, min_length=1, max_length=249,
+                                    pattern=r"^[A-Za-z0-9._-]+$")
     #: Shared HMAC key: when set, every ControlTargets published is signed with it
     #: (receivers configured with the same key drop unsigned or forged targets).
     signing_key: SecretStr | None = None

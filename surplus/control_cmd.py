@@ -25,6 +25,10 @@ def control_plane(
     config: Annotated[Path | None, typer.Option(help="ControlConfig TOML (control laws).")]
     = None,
     app_id: Annotated[str, typer.Option(help="Consumer group / app id.")] = "surplus-control",
+    instance_id: Annotated[str | None, typer.Option(
+        help="Stable name of this process: a restart in place takes its partitions back at "
+             "once (static membership); a named process that stops for good holds them for "
+             "the session timeout.")] = None,
     partitions: Annotated[int | None, typer.Option(help="Partitions of the scope topics.")]
     = None,
     metrics_port: MetricsPort = 0,
@@ -45,6 +49,8 @@ def control_plane(
                                  "data_dir": data_dir / app_id, "loglevel": loglevel}
     if partitions:
         overrides["partitions"] = partitions
+    if instance_id is not None:
+        overrides["instance_id"] = instance_id
     if signing_key_file is not None:
         overrides["signing_key_file"] = signing_key_file
     try:

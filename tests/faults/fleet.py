@@ -37,6 +37,8 @@ class Fleet:
     deadline_ms: float = 250.0
     worker_overrides: dict[str, dict[str, object]] = field(default_factory=dict)
     control_extra: str = ""
+    #: `--instance-id` of the first control plane (static group membership), if any.
+    control_instance: str | None = None
     workers: dict[str, WorkerProc] = field(default_factory=dict)
     controls: list[ControlProc] = field(default_factory=list)
     load: LoadRunner | None = None
@@ -57,7 +59,8 @@ class Fleet:
     def start(self) -> Fleet:
         """Processes in parallel, then capacity, then load; returns once load runs."""
         t0 = time.monotonic()
-        self.control_plane("cp")
+        self.control_plane("cp", args=["--instance-id", self.control_instance]
+                           if self.control_instance else None)
         for i in range(self.baseline):
             self._worker(f"b{i + 1}", "baseline", "baseline")
         for i in range(self.powerful):

@@ -1,0 +1,28 @@
+"""Process settings reach the Faust app as meant, and a bad one stops it naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from schemas.kafka_config import KafkaSettings
+from streams.app import create_app
+from streams.settings import ControlPlaneSettings
+
+
+def test_instance_id_makes_the_consumer_a_static_group_member(tmp_path: Path) -> None:
+    settings = ControlPlaneSettings(instance_id="cp-0", data_dir=tmp_path)
+    app = create_app(KafkaSettings(bootstrap="127.0.0.1:9"), settings)
+    assert app.conf.consumer_group_instance_id == "cp-0"
+    dynamic = create_app(KafkaSettings(bootstrap="127.0.0.1:9"),
+                         ControlPlaneSettings(data_dir=tmp_path))
+    assert dynamic.conf.consumer_group_instance_id is None
+    assert dynamic.conf.broker_heartbeat_interval == 1.0
+
+
+@pytest.mark.parametrize("bad", ["", "has space", "x" * 250])
+def test_a_bad_instance_id_is_refused_naming_the_key(bad: str) -> None:
+    with pytest.raises(ValidationError, match="instance_id"):
+        ControlPlaneSettings(instance_id=bad)
