@@ -23,7 +23,10 @@ from tests.integration.fleet import WorkerProc, metric
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults, pytest.mark.slow]
 
-SLOW_BATCH: dict[str, object] = {"max_wait_ms": 100.0}
+#: Batches that wait a while so requests are in flight when a worker is killed; short enough
+#: that a powerful call cut by the kill plus its baseline fallback fit the deadline with room
+#: for a 2-core machine's noise (at 100 ms the two waits alone took most of the 250 ms).
+SLOW_BATCH: dict[str, object] = {"max_wait_ms": 40.0}
 DEADLINE_MS = 250.0
 
 
@@ -35,7 +38,7 @@ def _kill_mid_batch(worker: WorkerProc, timeout_s: float = 20.0) -> float:
         if in_flight >= 1:
             worker.kill()
             return in_flight
-        time.sleep(0.005)
+        time.sleep(0.01)  # scraping shares the GIL with the load runner's thread: not too often
     worker.kill()
     return 0.0
 
@@ -84,5 +87,6 @@ def test_workers_killed_mid_batch_lose_no_baseline_request(
     # The powerful replica's requests fell back to baseline within their deadline.
     assert sum(after_p1.fallbacks.values()) >= 1 and after_p1.served_powerful == 0
     assert whole.fallback_max_ms <= DEADLINE_MS
-    # The dead baseline replica is skipped: at most one retry per second of it being gone.
-    assert retries.get("connection", 0) <= after_b2.seconds + 2
+    # The dead baseline replica is skipped: about one retry per second of it being gone (two
+    # requests may both try it as its skip lapses), against half of all requests unskipped.
+    assert retries.get("connection", 0) <= 2 * (after_b2.seconds + 1), retries
