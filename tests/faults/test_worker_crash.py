@@ -87,6 +87,6 @@ def test_workers_killed_mid_batch_lose_no_baseline_request(
     # The powerful replica's requests fell back to baseline within their deadline.
     assert sum(after_p1.fallbacks.values()) >= 1 and after_p1.served_powerful == 0
     assert whole.fallback_max_ms <= DEADLINE_MS
-    # The dead baseline replica is skipped: about one retry per second of it being gone (two
-    # requests may both try it as its skip lapses), against half of all requests unskipped.
-    assert retries.get("connection", 0) <= 2 * (after_b2.seconds + 1), retries
+    # The dead baseline replica is skipped: a retry or two per second of it being gone (4-9
+    # in 5 s measured), where without the skip half of all requests (~125) would meet it.
+    assert retries.get("connection", 0) <= 3 * (after_b2.seconds + 1), retries
