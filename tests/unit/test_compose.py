@@ -37,7 +37,7 @@ def _compose_tool() -> list[str] | None:
 def test_compose_file_is_a_valid_compose_project() -> None:
     tool = _compose_tool()
     if tool is None:
-        pytest.skip("neither `docker compose` nor Go is installed to load the compose file")
+        pytest.skip("no compose tool and no Go toolchain here to load the compose file with")
     done = subprocess.run(tool, cwd=ROOT / "infra" / "compose-check", capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
