@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.sockets import listening
+
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 SUMMARY_KEYS = ("baseline_sla_violation_windows", "baseline_requests_total",
@@ -35,20 +37,6 @@ def _processes_with(marker: str) -> list[tuple[int, str]]:
         if marker in cmdline:
             found.append((int(entry.name), cmdline[:200]))
     return found
-
-
-def _listening_ports() -> set[int]:
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if fields[3] == "0A":  # LISTEN
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
 
 
 def _demo(kafka_bootstrap: str, out: Path, prefix: str, duration: int,
@@ -111,7 +99,7 @@ def test_short_demo_reports_clean_baseline_and_leaves_nothing_behind(
     assert _wait_gone(prefix) == []
     served = json.loads((out / "run.json").read_text())["endpoints"]
     assert len(served) >= 6
-    assert _listening_ports() & set(served.values()) == set()
+    assert {port for _, port in listening()} & set(served.values()) == set()
 
 
 def test_ctrl_c_mid_run_stops_everything_and_still_reports(kafka_bootstrap: str,

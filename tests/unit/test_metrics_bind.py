@@ -3,26 +3,13 @@ default is every interface, which would publish a process's internals to the net
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from schemas.kafka_config import KafkaSettings
 from streams.settings import ControlPlaneSettings
 from surplus.demo.scheduler import Scheduler
 from surplus.localkafka import free_port
-
-
-def listening_on(port: int) -> set[str]:
-    """The IPv4 addresses with a listening TCP socket on ``port`` (from /proc/net/tcp)."""
-    found = set()
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        local, state = line.split()[1], line.split()[3]
-        host_hex, port_hex = local.split(":")
-        if int(port_hex, 16) == port and state == "0A":
-            octets = bytes.fromhex(host_hex)[::-1]
-            found.add(".".join(str(b) for b in octets))
-    return found
+from tests.sockets import listening
 
 
 @pytest.mark.parametrize("host", [None, "0.0.0.0"])
@@ -34,7 +21,7 @@ def test_scheduler_metrics_bind_loopback_by_default_and_elsewhere_only_when_aske
         Scheduler([], settings, 0, metrics_port=port)
     else:
         Scheduler([], settings, 0, metrics_port=port, metrics_host=host)
-    assert listening_on(port) == {host or "127.0.0.1"}
+    assert {addr for addr, p in listening() if p == port} == {host or "127.0.0.1"}
 
 
 def test_control_plane_metrics_default_to_loopback() -> None:
