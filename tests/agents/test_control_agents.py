@@ -53,7 +53,7 @@ async def test_capacity_reports_and_a_tick_publish_period_targets(
     async with control_plane.agents["ticks"].test_context() as agent:
         await agent.put(msgspec.json.encode(Tick(now_ms_plus(1000))), partition=0)
         await until(lambda: published(control_plane) == 1)
-    await control_plane.app.producer.flush()
+    await flushed(control_plane)
     reader = TopicReader(kafka, "targets")
     msg = reader.wait_for(lambda m: True, timeout_s=30)
     reader.close()
@@ -73,7 +73,7 @@ async def test_preemption_agent_publishes_clamped_targets_at_once(
     async with control_plane.agents["preemption"].test_context() as agent:
         await agent.put(encode(notice), key=b"eu1", partition=1)
         await until(lambda: published(control_plane) == 1)
-    await control_plane.app.producer.flush()
+    await flushed(control_plane)
     reader = TopicReader(kafka, "targets")
     msg = reader.wait_for(lambda m: True, timeout_s=30)
     reader.close()
@@ -91,7 +91,7 @@ async def test_garbage_and_lying_keys_are_dead_lettered_and_the_agent_keeps_goin
         await agent.put(encode(_grant("us2", now)), key=b"eu1", partition=0)
         await agent.put(encode(_grant("eu1", now)), key=b"eu1", partition=0)
         await until(lambda: dead_lettered(control_plane) == 2)
-    await control_plane.app.producer.flush()
+    await flushed(control_plane)
     reader = TopicReader(kafka, "deadletter")
     deadline = time.monotonic() + 30
     while len(reader.messages) < 2 and time.monotonic() < deadline:
@@ -103,6 +103,11 @@ async def test_garbage_and_lying_keys_are_dead_lettered_and_the_agent_keeps_goin
     assert "malformed JSON" in letters[0].reason
     assert "does not match scope" in letters[1].reason
     assert control_plane.registry.entries["eu1"].controller.capacity.cpu_units == 64.0
+
+
+async def flushed(plane: ControlPlane) -> None:
+    """Everything the agents sent is on the broker (bounded: a stuck batch fails the test)."""
+    await asyncio.wait_for(plane.app.producer.flush(), timeout=30)
 
 
 def now_ms_plus(delta_ms: int) -> int:
