@@ -28,14 +28,13 @@ pytestmark = pytest.mark.kafka
 @pytest.fixture
 async def control_plane(kafka: KafkaSettings, tmp_path: Path) -> AsyncIterator[ControlPlane]:
     """An app whose agents run under test_context; its producer talks to the real broker."""
-    settings = ControlPlaneSettings(app_id=f"{kafka.prefix}agents", partitions=2,
-                                    data_dir=tmp_path)
+    settings = ControlPlaneSettings(app_id="agents", partitions=2, data_dir=tmp_path)
     app = create_app(kafka, settings, ControlConfig(period_s=1.0, ttl_s=5.0))
     app.finalize()
     app.flow_control.resume()
-    await app.maybe_start_producer()
+    await asyncio.wait_for(app.maybe_start_producer(), timeout=30)
     plane: ControlPlane = app.control_plane  # type: ignore[attr-defined]
-    await plane.changelog.maybe_declare()
+    await asyncio.wait_for(plane.changelog.maybe_declare(), timeout=30)
     yield plane
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(app.producer.stop(), timeout=15)
