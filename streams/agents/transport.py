@@ -40,18 +40,10 @@ class _Consumer(faust_aiokafka.Consumer):
 
 
 class _Producer(faust_aiokafka.Producer):
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self._tracked: set[str] = set()
-
-    async def on_start(self) -> None:
-        self._tracked.clear()  # a restarted producer is a new aiokafka client tracking nothing
-        await super().on_start()
-
     async def send(self, topic: str, *args: Any, **kwargs: Any) -> Any:
-        if topic not in self._tracked:
-            self._ensure_producer().client.add_topic(topic)
-            self._tracked.add(topic)
+        # Idempotent: a tracked topic costs a set lookup and a finished future (the control
+        # plane writes a few messages per scope and period); a restarted client is covered too.
+        self._ensure_producer().client.add_topic(topic)
         return await super().send(topic, *args, **kwargs)
 
 

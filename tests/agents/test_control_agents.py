@@ -4,7 +4,6 @@ what the agents publish goes to a real broker and is read back from it."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -19,6 +18,7 @@ from streams.agents.control import ControlPlane, Tick
 from streams.app import create_app
 from streams.control.config import ControlConfig
 from streams.settings import ControlPlaneSettings
+from tests.agents.support import producing
 from tests.integration.harness import TopicReader
 from tests.integration.test_control_plane import _grant, _reports
 
@@ -32,12 +32,10 @@ async def control_plane(kafka: KafkaSettings, tmp_path: Path) -> AsyncIterator[C
     app = create_app(kafka, settings, ControlConfig(period_s=1.0, ttl_s=5.0))
     app.finalize()
     app.flow_control.resume()
-    await asyncio.wait_for(app.maybe_start_producer(), timeout=30)
-    plane: ControlPlane = app.control_plane  # type: ignore[attr-defined]
-    await asyncio.wait_for(plane.changelog.maybe_declare(), timeout=30)
-    yield plane
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(app.producer.stop(), timeout=15)
+    async with producing(app):
+        plane: ControlPlane = app.control_plane  # type: ignore[attr-defined]
+        await asyncio.wait_for(plane.changelog.maybe_declare(), timeout=30)
+        yield plane
 
 
 async def test_capacity_reports_and_a_tick_publish_period_targets(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import faust
 import pytest
@@ -11,6 +10,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from schemas.kafka_config import KafkaSettings
 from streams.app import broker_kwargs
+from tests.agents.support import producing
 
 pytestmark = pytest.mark.kafka
 
@@ -24,8 +24,7 @@ async def test_a_queued_send_survives_the_producer_learning_of_a_new_topic(
     behind its first changelog write this way)."""
     app = faust.App(f"{kafka.prefix}transport", **broker_kwargs(kafka), web_enabled=False,
                     producer_linger=0.5)  # holds the first batch while the topic list changes
-    await app.maybe_start_producer()
-    try:
+    async with producing(app):
         # Declaring a topic, as the control plane does with its changelog at start, refreshes
         # the producer's metadata for every topic: `known` is then found without being tracked.
         await app.producer.create_topic(f"{kafka.prefix}declared", partitions=1, replication=1)
@@ -41,6 +40,3 @@ async def test_a_queued_send_survives_the_producer_learning_of_a_new_topic(
                                     headers=None), timeout=30)
         metadata = await asyncio.wait_for(waiting, timeout=30)
         assert metadata.topic == known
-    finally:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(app.producer.stop(), timeout=15)
