@@ -27,6 +27,7 @@ import faust
 import msgspec
 from prometheus_client import start_http_server
 
+from schemas.clock import wall_ms
 from schemas.codec import ContractError, decode, decode_telemetry, encode
 from schemas.contract import (
     CapacityEvent,
@@ -53,10 +54,6 @@ INPUTS = ("telemetry", "capacity", "preemption", "outcomes")
 
 class Tick(msgspec.Struct, frozen=True):
     ts_ms: int
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class ControlPlane:
@@ -123,7 +120,7 @@ class ControlPlane:
         for report in reports:
             self._check_scope(scope, report.region)
         controller = self.registry.get(scope, partition).controller
-        ts = now_ms()
+        ts = wall_ms()
         for report in reports:
             controller.on_report(report, ts)
         self.metrics.reports.inc(len(reports))
@@ -131,7 +128,7 @@ class ControlPlane:
     async def _on_capacity(self, scope: str, value: bytes, partition: int) -> None:
         event = decode(CapacityEvent, value)
         self._check_scope(scope, event.region)
-        self.registry.get(scope, partition).controller.on_capacity(event, now_ms())
+        self.registry.get(scope, partition).controller.on_capacity(event, wall_ms())
         await self._save(scope)
 
     async def _on_preemption(self, scope: str, value: bytes, partition: int) -> None:
@@ -139,14 +136,14 @@ class ControlPlane:
         notice = decode(PreemptionNotice, value)
         self._check_scope(scope, notice.region)
         controller = self.registry.get(scope, partition).controller
-        targets = controller.on_preemption(notice, now_ms())
+        targets = controller.on_preemption(notice, wall_ms())
         await self._save(scope)
         await self._publish(targets)
 
     async def _on_outcome(self, scope: str, value: bytes, partition: int) -> None:
         outcome = decode(RoutingOutcome, value)
         self._check_scope(scope, outcome.scope)
-        self.registry.get(scope, partition).controller.on_outcome(outcome, now_ms())
+        self.registry.get(scope, partition).controller.on_outcome(outcome, wall_ms())
 
     @staticmethod
     def _check_scope(key: str, scope: str) -> None:
@@ -161,7 +158,7 @@ class ControlPlane:
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 self.metrics.ticks_skipped.labels("undecodable").inc()
                 continue
-            if now_ms() - tick.ts_ms > self.config.period_ms:
+            if wall_ms() - tick.ts_ms > self.config.period_ms:
                 # Sent before a broker outage or a restart and delivered only now: acting on it
                 # would publish targets already past due (a burst of stale epochs after every
                 # outage). The next fresh tick, half a period away, does the work.
@@ -184,7 +181,7 @@ class ControlPlane:
         """Tick each partition this process owns; the owner of a scope is the only ticker."""
         self.metrics.observe_lag(self.app.monitor)
         name = self.ticks.get_topic_name()
-        tick = msgspec.json.encode(Tick(now_ms()))
+        tick = msgspec.json.encode(Tick(wall_ms()))
         for tp in sorted(self.app.assignor.assigned_actives()):
             if tp.topic == name:
                 await self.ticks.send(value=tick, partition=tp.partition)
@@ -201,7 +198,7 @@ class ControlPlane:
         logical = self.names.get(message.topic, message.topic)
         self.metrics.rejected.labels(logical, reason.split(" ")[0][:40]).inc()
         letter = DeadLetter(
-            ts_ms=now_ms(), source_topic=message.topic, partition=message.partition,
+            ts_ms=wall_ms(), source_topic=message.topic, partition=message.partition,
             offset=message.offset, reason=reason[:2000],
             key_b64=base64.b64encode(message.key).decode() if message.key else None,
             value_b64=base64.b64encode(message.value or b"").decode())

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from schemas.clock import wall_ms
 from schemas.contract import ControlTargets, PreemptionNotice, WindowReport
 from workers.api import RankRequest, RankResponse, ServerState
 from workers.policy import signing
@@ -61,11 +62,6 @@ class KafkaLink(Protocol):
     """What the worker needs from its Kafka I/O (see ``kafka_io.KafkaIO``)."""
 
     def readiness(self) -> tuple[bool, dict[str, Any]]: ...
-
-
-def wall_ms() -> int:
-    """Wall-clock milliseconds: the time base of targets, notices and reports."""
-    return time.time_ns() // 1_000_000
 
 
 def fail_safe_reason(targets: EffectiveTargets) -> str:
