@@ -31,9 +31,10 @@ def scheduler(
     Sends CapacityEvent grants, renewals and revokes and PreemptionNotices (storms included)
     in real time until the timeline ends or SIGTERM / Ctrl-C, then revokes what is still lent.
     """
+    from schemas.clock import wall_ms
     from sim.scenario import ScenarioError
     from surplus.demo import plan, schedule
-    from surplus.demo.scheduler import Scheduler, wall_ms
+    from surplus.demo.scheduler import Scheduler
 
     try:
         scn, base = plan.load(scenario, duration)

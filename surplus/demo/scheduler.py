@@ -10,20 +10,16 @@ On stop, every pool still lent is revoked, so the run ends with no capacity on t
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from schemas import kafka_clients
+from schemas.clock import wall_ms
 from schemas.codec import encode
 from schemas.kafka_config import KafkaSettings
 from surplus.demo.schedule import Action, closing_actions
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -65,8 +61,8 @@ class Scheduler:
         self.metrics = SchedulerMetrics()
         if metrics_port:
             start_http_server(metrics_port, addr=metrics_host, registry=self.metrics.registry)
-        self._producer = Producer(kafka.producer(**{"client.id": "surplus-scheduler",
-                                                    "linger.ms": 0}))
+        self._producer = kafka_clients.producer(kafka, **{"client.id": "surplus-scheduler",
+                                                          "linger.ms": 0})
         self._seq = 0
 
     def run(self, stop: threading.Event, end_ms: int | None = None) -> SchedulerStats:
