@@ -30,6 +30,8 @@ from typing import Any
 
 import msgspec
 
+from schemas import kafka_clients
+from schemas.clock import wall_ms
 from schemas.codec import ContractError, codec_for, decode_telemetry, encode
 from schemas.contract import (
     CapacityEvent,
@@ -38,6 +40,13 @@ from schemas.contract import (
     PreemptionNotice,
     RoutingOutcome,
     WindowReport,
+)
+from schemas.kafka_clients import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaException,
+    TopicPartition,
 )
 from schemas.kafka_config import KafkaSettings
 from streams.eventlog import (
@@ -107,15 +116,13 @@ def publish_log(log: str | Path, kafka: KafkaSettings, *, speed: float = 0.0,
                 clock: Callable[[], float] = time.monotonic,
                 sleep: Callable[[float], None] = time.sleep) -> PublishStats:
     """Publish every event of ``log`` into ``kafka``'s topics; see the module docstring."""
-    from confluent_kafka import KafkaException, Producer
-
     if speed < 0:
         raise ValueError(f"speed must be >= 0 (0 = as fast as possible), got {speed}")
     reader = read_events(log, strict=strict)
     stats = PublishStats()
-    producer = Producer(kafka.producer(**{
+    producer = kafka_clients.producer(kafka, **{
         "client.id": "surplus-replay", "enable.idempotence": True,
-        "message.timeout.ms": max(1, round(delivery_timeout_s * 1000))}))
+        "message.timeout.ms": max(1, round(delivery_timeout_s * 1000))})
     topics = {topic: kafka.topic(topic) for topic in TOPICS}
     meter = Progress(f"publish {Path(log).name}", enabled=progress)
 
@@ -133,7 +140,7 @@ def publish_log(log: str | Path, kafka: KafkaSettings, *, speed: float = 0.0,
         for event in reader:
             if first_ts is None:
                 first_ts = event.ts
-                delta = int(time.time() * 1000) - event.ts if rebase else 0
+                delta = wall_ms() - event.ts if rebase else 0
             if speed > 0:
                 due = started + (event.ts - first_ts) / 1000.0 / speed
                 wait = due - clock()
@@ -142,8 +149,9 @@ def publish_log(log: str | Path, kafka: KafkaSettings, *, speed: float = 0.0,
                 else:
                     stats.behind_ms_max = max(stats.behind_ms_max, -wait * 1000.0)
             value = shift_value(event.value, delta)
-            _produce(producer, topics[event.topic], event.key, encode(value), event.ts + delta,
-                     delivered)
+            kafka_clients.produce_waiting(producer, topics[event.topic], key=event.key,
+                                          value=encode(value), timestamp=event.ts + delta,
+                                          on_delivery=delivered)
             stats.events += 1
             stats.by_topic[event.topic] = stats.by_topic.get(event.topic, 0) + 1
             if not stats.events & 0x3FF:
@@ -159,17 +167,6 @@ def publish_log(log: str | Path, kafka: KafkaSettings, *, speed: float = 0.0,
         stats.first_error = stats.first_error or f"{remaining} messages undelivered at the end"
     meter.done(f"{stats.delivered:,}/{stats.events:,} delivered")
     return stats
-
-
-def _produce(producer: Any, topic: str, key: str | None, value: bytes, ts: int,
-             on_delivery: Callable[[Any, Any], None]) -> None:
-    """Produce one message, waiting for queue space when the local buffer is full."""
-    while True:
-        try:
-            producer.produce(topic, key=key, value=value, timestamp=ts, on_delivery=on_delivery)
-            return
-        except BufferError:
-            producer.poll(0.05)
 
 
 def _wait(producer: Any, seconds: float, sleep: Callable[[float], None]) -> None:
@@ -289,16 +286,14 @@ def record_log(kafka: KafkaSettings, out: str | Path, *, topics: tuple[str, ...]
                progress: bool = False,
                should_stop: Callable[[], bool] = lambda: False) -> RecordStats:
     """Tap ``topics`` into the log at ``out``; see the module docstring for order and stops."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException
-
     for topic in topics:
         if topic not in VALUE_TYPES:
             raise ValueError(f"unknown log topic {topic!r}; known: {', '.join(TOPICS)}")
-    consumer = Consumer(kafka.confluent(**{
-        "group.id": f"surplus-record-{uuid.uuid4().hex[:12]}", "enable.auto.commit": False,
+    consumer = kafka_clients.consumer(kafka, f"surplus-record-{uuid.uuid4().hex[:12]}", **{
+        "enable.auto.commit": False,
         "enable.auto.offset.store": False, "enable.partition.eof": True,
         "auto.offset.reset": "earliest" if start.kind != "end" else "latest",
-        "client.id": "surplus-record"}))
+        "client.id": "surplus-record"})
     stats = RecordStats()
     meter = Progress(f"record {Path(out).name}", enabled=progress)
     started = time.monotonic()
@@ -319,7 +314,7 @@ def record_log(kafka: KafkaSettings, out: str | Path, *, topics: tuple[str, ...]
                         stats.stopped = "duration"
                         break
                     for msg in consumer.consume(num_messages=2000, timeout=0.2):
-                        _take(msg, names, codecs, merge, stats, KafkaError)
+                        _take(msg, names, codecs, merge, stats)
                     if stop_at_end and merge.caught_up():
                         stats.stopped = "caught_up"
                         break
@@ -342,40 +337,34 @@ def record_log(kafka: KafkaSettings, out: str | Path, *, topics: tuple[str, ...]
     return stats
 
 
-def _assignment(consumer: Any, topics: list[str], start: StartAt) -> list[Any]:
+def _assignment(consumer: Consumer, topics: list[str], start: StartAt) -> list[TopicPartition]:
     """Every partition of ``topics`` with its start offset."""
-    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
-
-    parts: list[Any] = []
+    parts: list[tuple[str, int]] = []
     for name in topics:
-        meta = consumer.list_topics(name, timeout=10.0).topics.get(name)
-        if meta is None or meta.error is not None or not meta.partitions:
-            raise LiveError(f"topic {name} does not exist or has no partitions"
-                            + (f" ({meta.error})" if meta is not None and meta.error else ""))
-        parts += [TopicPartition(name, p) for p in sorted(meta.partitions)]
+        try:
+            parts += [(name, p) for p in kafka_clients.partitions(consumer, name, 10.0)]
+        except kafka_clients.TopicUnavailable as exc:
+            raise LiveError(str(exc)) from None
     if start.kind == "beginning":
-        return [TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in parts]
+        return [TopicPartition(topic, p, OFFSET_BEGINNING) for topic, p in parts]
     if start.kind == "end":
-        return [TopicPartition(tp.topic, tp.partition, OFFSET_END) for tp in parts]
+        return [TopicPartition(topic, p, OFFSET_END) for topic, p in parts]
     if start.kind == "time":
-        wanted = [TopicPartition(tp.topic, tp.partition, start.value) for tp in parts]
-        found = consumer.offsets_for_times(wanted, timeout=10.0)
-        return [TopicPartition(tp.topic, tp.partition,
-                               tp.offset if tp.offset >= 0 else OFFSET_END) for tp in found]
+        return kafka_clients.starting_at_time(consumer, parts, start.value, timeout_s=10.0)
     out = []
-    for tp in parts:
-        low, high = consumer.get_watermark_offsets(tp, timeout=10.0)
-        out.append(TopicPartition(tp.topic, tp.partition, min(max(start.value, low), high)))
+    for topic, p in parts:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10.0)
+        out.append(TopicPartition(topic, p, min(max(start.value, low), high)))
     return out
 
 
 def _take(msg: Any, names: dict[str, str], codecs: dict[str, Any], merge: _Merge,
-          stats: RecordStats, kafka_error: Any) -> None:
+          stats: RecordStats) -> None:
     """One consumed message (or partition-EOF notice) into the merge buffer."""
     err = msg.error()
     topic = names.get(msg.topic())
     if err is not None:
-        if err.code() == kafka_error._PARTITION_EOF and topic is not None:
+        if kafka_clients.is_partition_eof(err) and topic is not None:
             merge.eof(topic, msg.partition())
             return
         raise LiveError(f"consumer error on {msg.topic()}[{msg.partition()}]: {err}")

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
-
+from schemas import kafka_clients
+from schemas.kafka_clients import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+    TopicUnavailable,
+)
 from schemas.kafka_config import KafkaSettings
 
 #: Errors of a cluster that is still settling: a topic created a moment ago has no leader yet,
@@ -24,20 +31,20 @@ def read_changelog(kafka: KafkaSettings, topic: str, partitions: list[int],
     """
     if not partitions:
         return {}
-    consumer = Consumer(kafka.confluent(**{"group.id": f"{topic}-restore",
-                                           "enable.auto.commit": False,
-                                           "enable.partition.eof": True}))
+    consumer = kafka_clients.consumer(kafka, f"{topic}-restore", **{
+        "enable.auto.commit": False, "enable.partition.eof": True})
     deadline = time.monotonic() + timeout_s
     try:
-        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        if meta is None or meta.error is not None:
+        try:
+            kafka_clients.partitions(consumer, topic, timeout_s)
+        except TopicUnavailable:
             return {}
         todo = {}
         for p in partitions:
             low, high = _watermarks(consumer, TopicPartition(topic, p), deadline)
             if high > low:
                 todo[p] = high
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
+        consumer.assign(kafka_clients.starting_at(topic, todo, OFFSET_BEGINNING))
         return _read_to(consumer, todo, deadline)
     finally:
         consumer.close()
@@ -50,7 +57,7 @@ def _watermarks(consumer: Consumer, tp: TopicPartition, deadline: float) -> tupl
                 tp, timeout=max(1.0, min(10.0, deadline - time.monotonic())))
             return int(low), int(high)
         except KafkaException as exc:
-            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            err = kafka_clients.kafka_error(exc)
             if err is None or err.code() not in _SETTLING or time.monotonic() >= deadline:
                 raise
             time.sleep(0.2)
@@ -66,7 +73,7 @@ def _read_to(consumer: Consumer, todo: dict[int, int], deadline: float) -> dict[
         err = msg.error()
         if err is not None:
             settling = err.code() in _SETTLING and time.monotonic() < deadline
-            if err.code() != KafkaError._PARTITION_EOF and not settling:
+            if not kafka_clients.is_partition_eof(err) and not settling:
                 raise KafkaException(err)
             continue
         key = (msg.key() or b"").decode()

@@ -23,16 +23,18 @@ from typing import Any
 
 import aiohttp
 import msgspec
-from confluent_kafka import KafkaError, Producer
 
+from schemas import kafka_clients
+from schemas.clock import wall_ms
 from schemas.codec import ContractError
 from schemas.codec import encode as encode_event
 from schemas.contract import ControlTargets, DeadLetter, RoutingOutcome
+from schemas.kafka_clients import KafkaError, Producer
 from schemas.kafka_config import KafkaSettings
 from workers.api import RANK_PATH, Candidate, RankRequest, RankResponse, decode_response, encode
 from workers.client.config import ClientConfig
 from workers.client.decision import Decider, Decision
-from workers.client.feed import TargetsFeed, wall_ms
+from workers.client.feed import TargetsFeed
 from workers.policy.routing import Model
 
 OutcomeValue = Callable[[RankRequest, RankResponse], float]
@@ -108,7 +110,8 @@ class RankingClient:
         self._session = aiohttp.ClientSession(connector=connector)
         if self.kafka is None:
             return
-        self._producer = Producer(self.kafka.producer(**{"client.id": "surplus-ranking-client"}))
+        self._producer = kafka_clients.producer(self.kafka,
+                                                **{"client.id": "surplus-ranking-client"})
         self._feed = TargetsFeed(self.kafka, self.config.scope, self._from_feed,
                                  self._send_dead_letter)
         self._feed.start()

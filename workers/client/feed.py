@@ -12,21 +12,17 @@ from __future__ import annotations
 
 import base64
 import threading
-import time
 import uuid
 from collections.abc import Callable
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
-
+from schemas import kafka_clients
+from schemas.clock import wall_ms
 from schemas.codec import ContractError, codec_for
 from schemas.contract import ControlTargets, DeadLetter
+from schemas.kafka_clients import OFFSET_BEGINNING, Consumer, Message, TopicUnavailable
 from schemas.kafka_config import KafkaSettings
 
 DeadLetterSink = Callable[[DeadLetter], None]
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class TargetsFeed:
@@ -63,10 +59,10 @@ class TargetsFeed:
 
     def _run(self) -> None:
         try:
-            consumer = Consumer(self.kafka.confluent(**{
-                "group.id": f"surplus-client-{self.scope}-{uuid.uuid4().hex}",
-                "enable.auto.commit": False, "enable.partition.eof": True,
-                "auto.offset.reset": "earliest"}))
+            consumer = kafka_clients.consumer(
+                self.kafka, f"surplus-client-{self.scope}-{uuid.uuid4().hex}",
+                **{"enable.auto.commit": False, "enable.partition.eof": True,
+                   "auto.offset.reset": "earliest"})
         except Exception as exc:  # a bad config must not take the ranking service down
             self.failed = f"consumer: {exc}"
             return
@@ -79,7 +75,7 @@ class TargetsFeed:
 
     def _follow(self, consumer: Consumer) -> None:
         partitions = self._partitions(consumer)
-        consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions])
+        consumer.assign(kafka_clients.starting_at(self.topic, partitions, OFFSET_BEGINNING))
         at_end: set[int] = set()
         while not self._stop.is_set():
             msg = consumer.poll(self._poll_timeout_s)
@@ -87,7 +83,7 @@ class TargetsFeed:
                 continue
             err = msg.error()
             if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
+                if kafka_clients.is_partition_eof(err):
                     at_end.add(msg.partition() or 0)
                     if at_end >= set(partitions):
                         self.caught_up.set()
@@ -99,10 +95,10 @@ class TargetsFeed:
     def _partitions(self, consumer: Consumer) -> list[int]:
         """Every partition of the targets topic (waits for the metadata while it is missing)."""
         while not self._stop.is_set():
-            meta = consumer.list_topics(self.topic, timeout=5.0).topics.get(self.topic)
-            if meta is not None and meta.error is None and meta.partitions:
-                return sorted(meta.partitions)
-            self._bump("topic_missing")
+            try:
+                return kafka_clients.partitions(consumer, self.topic, timeout_s=5.0)
+            except TopicUnavailable:
+                self._bump("topic_missing")
             self._stop.wait(1.0)
         return []
 

@@ -26,7 +26,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import (
+from schemas import kafka_clients
+from schemas.clock import wall_ms
+from schemas.codec import ContractError, codec_for, encode
+from schemas.contract import ControlTargets, DeadLetter, PreemptionNotice
+from schemas.kafka_clients import (
     OFFSET_BEGINNING,
     OFFSET_END,
     Consumer,
@@ -35,13 +39,11 @@ from confluent_kafka import (
     Message,
     Producer,
     TopicPartition,
+    TopicUnavailable,
 )
-
-from schemas.codec import ContractError, codec_for, encode
-from schemas.contract import ControlTargets, DeadLetter, PreemptionNotice
 from schemas.kafka_config import KafkaSettings
 from workers.runtime.metrics import WorkerMetrics
-from workers.runtime.worker import Worker, wall_ms
+from workers.runtime.worker import Worker
 
 log = logging.getLogger("surplus.worker.kafka")
 LIBRDKAFKA_LOG = logging.getLogger("surplus.worker.kafka.librdkafka")
@@ -127,22 +129,24 @@ class _Subscriber(threading.Thread):
         self._stop_event.set()
 
     def consumer_config(self) -> dict[str, Any]:
-        return self.io.settings.confluent(**{
-            "group.id": f"surplus-worker.{self.worker.config.worker_id}.{self.logical}",
+        """librdkafka settings on top of `KafkaSettings` (the group id is set apart)."""
+        return {
             "enable.auto.commit": False, "enable.auto.offset.store": False,
             "enable.partition.eof": True, "socket.nagle.disable": True,
             "reconnect.backoff.max.ms": 1000, "error_cb": self.io.outage.on_error,
             "logger": LIBRDKAFKA_LOG, "log.connection.close": False,
-            "client.id": f"{self.io.settings.client_id}.{self.worker.config.worker_id}"})
+            "client.id": f"{self.io.settings.client_id}.{self.worker.config.worker_id}"}
 
     def start_offsets(self, consumer: Consumer, partitions: list[int]) -> list[TopicPartition]:
-        return [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions]
+        return kafka_clients.starting_at(self.topic, partitions, OFFSET_BEGINNING)
 
     def run(self) -> None:
         """Consume until stopped; a failure restarts the consumer instead of ending the thread
         (targets would otherwise silently stop arriving and expire)."""
         while not self._stop_event.is_set():
-            consumer = Consumer(self.consumer_config())
+            consumer = kafka_clients.consumer(
+                self.io.settings, f"surplus-worker.{self.worker.config.worker_id}.{self.logical}",
+                **self.consumer_config())
             try:
                 if not self._assign(consumer):
                     return
@@ -160,14 +164,11 @@ class _Subscriber(threading.Thread):
         """Find the partitions (retrying while the brokers are away) and assign them all."""
         while not self._stop_event.is_set():
             try:
-                meta = consumer.list_topics(self.topic, timeout=2.0).topics.get(self.topic)
-                if meta is None or meta.error is not None or not meta.partitions:
-                    raise KafkaException(meta.error if meta else "topic missing")
-                partitions = sorted(meta.partitions)
+                partitions = kafka_clients.partitions(consumer, self.topic, timeout_s=2.0)
                 consumer.assign(self.start_offsets(consumer, partitions))
                 self.partitions = partitions
                 return True
-            except KafkaException as exc:
+            except (KafkaException, TopicUnavailable) as exc:
                 log.warning("cannot assign %s yet: %s", self.topic, exc)
                 self._stop_event.wait(1.0)
         return False
@@ -175,7 +176,7 @@ class _Subscriber(threading.Thread):
     def _dispatch(self, msg: Message) -> None:
         err = msg.error()
         if err is not None:
-            if err.code() == KafkaError._PARTITION_EOF:
+            if kafka_clients.is_partition_eof(err):
                 self.io.outage.healthy()
                 self.at_end(msg.partition() or 0)
             else:
@@ -236,18 +237,16 @@ class PreemptionSubscriber(_Subscriber):
     def start_offsets(self, consumer: Consumer, partitions: list[int]) -> list[TopicPartition]:
         """From ``preemption_lookback_s`` ago: a notice may predate this worker's restart."""
         since = wall_ms() - int(self.worker.config.preemption_lookback_s * 1000)
-        wanted = [TopicPartition(self.topic, p, since) for p in partitions]
+        wanted = [(self.topic, p) for p in partitions]
         for attempt in range(5):  # a just-created topic may not have its leaders yet
             try:
-                found = consumer.offsets_for_times(wanted, timeout=5.0)
-                return [TopicPartition(self.topic, tp.partition, tp.offset if tp.offset >= 0
-                                       else OFFSET_END) for tp in found]
+                return kafka_clients.starting_at_time(consumer, wanted, since, timeout_s=5.0)
             except KafkaException as exc:
                 error = exc
                 if self._stop_event.wait(0.2 * (attempt + 1)):
                     break
         log.warning("no offsets by time on %s (%s); reading new notices only", self.topic, error)
-        return [TopicPartition(self.topic, p, OFFSET_END) for p in partitions]
+        return kafka_clients.starting_at(self.topic, partitions, OFFSET_END)
 
     def handle(self, msg: Message) -> str:
         value = msg.value()
@@ -310,12 +309,12 @@ class KafkaIO:
         self.worker = worker
         self.settings = settings
         self.outage = OutageTracker(worker.metrics)
-        self.producer = Producer(settings.producer(**{
+        self.producer = kafka_clients.producer(settings, **{
             "linger.ms": 5, "message.timeout.ms": 10_000, "socket.nagle.disable": True,
             "queue.buffering.max.messages": 10_000, "reconnect.backoff.max.ms": 1000,
             "error_cb": self.outage.on_error, "logger": LIBRDKAFKA_LOG,
             "log.connection.close": False,
-            "client.id": f"{settings.client_id}.{worker.config.worker_id}"}))
+            "client.id": f"{settings.client_id}.{worker.config.worker_id}"})
         self.deadletters = DeadLetterSink(self.producer, settings, worker.metrics,
                                           worker.clock_ms)
         self.targets = TargetsSubscriber(self)
