@@ -89,7 +89,7 @@ def required_acls(component: Component, prefix: str = DEFAULT_PREFIX,
 def bindings(component: Component, principal: str, prefix: str = DEFAULT_PREFIX,
              app_id: str = DEFAULT_APP_ID) -> list[object]:
     """confluent-kafka `AclBinding`s (ALLOW, any host) granting `principal` what it needs."""
-    from confluent_kafka.admin import (
+    from schemas.kafka_clients import (
         AclBinding,
         AclOperation,
         AclPermissionType,

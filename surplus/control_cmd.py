@@ -78,12 +78,11 @@ def control_plane(
 def _check_partitions(kafka: Any, partitions: int) -> None:
     """Co-partitioning is what makes one process own a scope on every topic: refuse to start
     on input topics whose partition count is not `--partitions`; warn about missing ones."""
-    from confluent_kafka.admin import AdminClient
-
+    from schemas import kafka_clients
     from streams.agents.control import INPUTS
 
     try:
-        meta = AdminClient(kafka.confluent()).list_topics(timeout=10)
+        meta = kafka_clients.admin(kafka).list_topics(timeout=10)
     except Exception:
         return  # unreachable cluster: preflight already warned
     for logical in INPUTS:

@@ -10,14 +10,12 @@ yet is not a configuration error: the caller decides (workers serve baseline unt
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
-
+from schemas import kafka_clients
+from schemas.kafka_clients import KafkaError, KafkaException
 from schemas.kafka_config import KafkaSettings
 
 Outcome = Literal["ok", "unreachable"]
@@ -47,13 +45,6 @@ class CheckResult:
     transient: list[str] = field(default_factory=list)
 
 
-def _quiet_logger() -> logging.Logger:
-    logger = logging.getLogger("surplus.kafka_check.librdkafka")
-    logger.addHandler(logging.NullHandler())
-    logger.propagate = False
-    return logger
-
-
 def check(settings: KafkaSettings, timeout_s: float = 15.0) -> CheckResult:
     """Ask the cluster for metadata with `settings`; raise KafkaAccessError on a config error.
 
@@ -71,9 +62,10 @@ def check(settings: KafkaSettings, timeout_s: float = 15.0) -> CheckResult:
 
     started = time.monotonic()
     try:
-        admin = AdminClient(settings.confluent(**{
-            "error_cb": on_error, "logger": _quiet_logger(), "log_level": 0,
-            "socket.timeout.ms": 5000, "reconnect.backoff.max.ms": 1000}))
+        admin = kafka_clients.admin(settings, **{
+            "error_cb": on_error, "logger": kafka_clients.silent_logger(
+                "surplus.kafka_check.librdkafka"), "log_level": 0,
+            "socket.timeout.ms": 5000, "reconnect.backoff.max.ms": 1000})
     except KafkaException as exc:  # librdkafka refused the config itself (e.g. a bad PEM)
         raise KafkaAccessError(f"Kafka client configuration refused: {_first_line(exc)}"
                                ) from None
@@ -82,8 +74,9 @@ def check(settings: KafkaSettings, timeout_s: float = 15.0) -> CheckResult:
         try:
             meta = admin.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
         except KafkaException as exc:
-            if exc.args and isinstance(exc.args[0], KafkaError) and _hint(exc.args[0]):
-                fatal.append(exc.args[0])
+            err = kafka_clients.kafka_error(exc)
+            if err is not None and _hint(err):
+                fatal.append(err)
             meta = None
         admin.poll(0)
         if fatal:

@@ -43,9 +43,10 @@ def loadgen(
     Runs until the duration ends or SIGTERM / Ctrl-C, then writes requests.csv, loadgen.jsonl
     and loadgen.json to --out.
     """
+    from schemas.clock import wall_ms
     from sim.scenario import ScenarioError
     from surplus.demo import plan
-    from surplus.demo.loadgen import run_loadgen, wall_ms
+    from surplus.demo.loadgen import run_loadgen
 
     if not baseline_url:
         fail("give at least one --baseline-url (a ranking worker)")

@@ -8,7 +8,6 @@ real Kafka. Every failure mode ends in `BrokerError` with a one-line reason, nev
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import shutil
 import signal
@@ -19,7 +18,6 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 INFRA_DIR = REPO_ROOT / "infra" / "kafka"
@@ -191,23 +189,16 @@ def _read_state(data_dir: Path) -> tuple[int, int] | None:
 
 def serves_metadata(bootstrap: str, timeout_s: float = 2.0) -> bool:
     """True when the broker answers a metadata request (an open port is not enough)."""
-    from confluent_kafka.admin import AdminClient
+    from schemas import kafka_clients
 
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "socket.timeout.ms": 1000,
-                              "log_level": 0, "logger": _silent_logger()}
-    admin = AdminClient(config)
+    admin = kafka_clients.admin({
+        "bootstrap.servers": bootstrap, "socket.timeout.ms": 1000, "log_level": 0,
+        "logger": kafka_clients.silent_logger("surplus.localkafka.librdkafka")})
     try:
         meta = admin.list_topics(timeout=timeout_s)
     except Exception:
         return False
     return bool(meta.brokers)
-
-
-def _silent_logger() -> logging.Logger:
-    logger = logging.getLogger("surplus.localkafka.librdkafka")
-    logger.addHandler(logging.NullHandler())
-    logger.propagate = False
-    return logger
 
 
 def status(data_dir: Path = DEFAULT_DATA) -> BrokerInfo | None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
-
+from schemas import kafka_clients
+from schemas.kafka_clients import AdminClient, ConfigResource, NewTopic
 from schemas.topics import CATALOG, DEFAULT_PREFIX
 
 
@@ -24,7 +24,7 @@ class ApplyReport:
 def apply_topics(client_config: dict[str, Any], prefix: str = DEFAULT_PREFIX,
                  partitions_override: int | None = None, timeout_s: float = 30.0) -> ApplyReport:
     """Create missing topics; compare partitions and cleanup.policy of the ones that exist."""
-    admin = AdminClient(client_config)
+    admin = kafka_clients.admin(client_config)
     meta = admin.list_topics(timeout=timeout_s)
     report = ApplyReport()
     to_create = []

@@ -37,6 +37,7 @@ import msgspec
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
+from schemas.clock import wall_ms
 from schemas.kafka_config import KafkaSettings
 from sim.scenario import RegionConfig, Scenario, SegmentConfig
 from sim.traces import arrival_counts
@@ -47,10 +48,6 @@ from workers.client.config import ClientConfig
 LATENCY_BUCKETS_S = (0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.5, 1.0, 2.0)
 REQUEST_COLUMNS = ("t_ms", "latency_ms", "ok", "model", "segment", "extra_sent", "extra_scored",
                    "fell_back", "error", "value", "gain_rma", "gain_sbm")
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def arrival_offsets_ms(region: RegionConfig, scenario: Scenario, base_dir: Path,

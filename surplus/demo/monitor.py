@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_END, Consumer, TopicPartition
-
+from schemas import kafka_clients
 from schemas.codec import ContractError, decode, decode_telemetry
 from schemas.contract import ControlTargets, LatencySketch, WindowReport
+from schemas.kafka_clients import OFFSET_END
 from schemas.kafka_config import KafkaSettings
 from schemas.sketch import SketchMerger, SketchMismatch
 
@@ -56,15 +56,14 @@ class Monitor:
         self._thread.join(5.0)
 
     def _run(self) -> None:
-        consumer = Consumer(self.kafka.confluent(**{
-            "group.id": "surplus-demo-monitor", "enable.auto.commit": False,
-            "client.id": "surplus-demo-monitor"}))
+        consumer = kafka_clients.consumer(self.kafka, "surplus-demo-monitor", **{
+            "enable.auto.commit": False, "client.id": "surplus-demo-monitor"})
         names = {self.kafka.topic(t): t for t in ("telemetry", "targets")}
         try:
             parts = []
             for name in names:
-                meta = consumer.list_topics(name, timeout=10).topics[name]
-                parts += [TopicPartition(name, p, OFFSET_END) for p in meta.partitions]
+                parts += kafka_clients.starting_at(
+                    name, kafka_clients.partitions(consumer, name, timeout_s=10), OFFSET_END)
             consumer.assign(parts)
             while not self._stop.is_set():
                 for msg in consumer.consume(500, timeout=0.2):

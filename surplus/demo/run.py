@@ -37,6 +37,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from schemas.clock import wall_ms
 from schemas.kafka_config import KafkaSettings
 from schemas.topics import SCOPE_PARTITIONS
 from sim.scenario import Scenario, ScenarioError
@@ -58,10 +59,6 @@ class DemoError(RuntimeError):
 
 class Interrupted(Exception):
     """Ctrl-C or SIGTERM: stop starting things and shut down."""
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True)
@@ -524,23 +521,19 @@ class Demo:
 def topics_serve(kafka: KafkaSettings) -> bool:
     """Every partition of the logged topics answers an offsets-for-times query (what the
     recorder asks first): freshly created topics take a moment to get serving leaders."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
-
+    from schemas import kafka_clients
     from streams.eventlog import TOPICS
 
-    consumer = Consumer(kafka.confluent(**{"group.id": "surplus-demo-probe",
-                                           "enable.auto.commit": False}))
+    consumer = kafka_clients.consumer(kafka, "surplus-demo-probe", **{"enable.auto.commit": False})
     try:
         parts = []
         for logical in TOPICS:
             name = kafka.topic(logical)
-            meta = consumer.list_topics(name, timeout=5.0).topics.get(name)
-            if meta is None or meta.error is not None or not meta.partitions:
-                return False
-            parts += [TopicPartition(name, p, wall_ms()) for p in meta.partitions]
+            partitions = kafka_clients.partitions(consumer, name, timeout_s=5.0)
+            parts += kafka_clients.starting_at(name, partitions, wall_ms())
         found = consumer.offsets_for_times(parts, timeout=5.0)
         return all(tp.error is None for tp in found)
-    except KafkaException:
+    except (kafka_clients.KafkaException, kafka_clients.TopicUnavailable):
         return False
     finally:
         consumer.close()

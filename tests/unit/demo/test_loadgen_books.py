@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from schemas.clock import wall_ms
 from surplus.demo import loadgen, plan
 from tests.unit.client.contract_worker import Worker, serve
 from tests.unit.policy.helpers import targets
@@ -34,10 +35,10 @@ async def _run(tmp_path: Path, ranking: Worker, extra: int) -> dict[str, object]
     books.append(gen)
     await client.start()
     client.apply_targets(targets(coverage=0.0, extra=extra, budget=1e9,
-                                 issued_at_ms=loadgen.wall_ms()))
+                                 issued_at_ms=wall_ms()))
     await asyncio.sleep(0.05)  # the RMA budget bucket starts empty
     try:
-        summary = await gen.run(loadgen.wall_ms(), asyncio.Event())
+        summary = await gen.run(wall_ms(), asyncio.Event())
     finally:
         await client.close()
         for s in servers:
