@@ -25,11 +25,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-
 from bench.common import broker
+from schemas import kafka_clients
 from schemas.codec import decode_telemetry, encode, encode_telemetry
 from schemas.contract import WindowReport
+from schemas.kafka_clients import OFFSET_BEGINNING
 from schemas.kafka_config import KafkaSettings
 from schemas.sketch import new_sketch, to_wire
 from streams.control.config import ControlConfig
@@ -64,26 +64,20 @@ def _messages(n: int, batch: int) -> list[tuple[str, bytes]]:
 
 
 def _produce(kafka: KafkaSettings, reports: list[tuple[str, bytes]]) -> None:
-    producer = Producer(kafka.producer(**{"linger.ms": 20, "batch.num.messages": 10000}))
+    producer = kafka_clients.producer(kafka, **{"linger.ms": 20, "batch.num.messages": 10000})
     topic = kafka.topic("telemetry")
     for key, value in reports:
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        kafka_clients.produce_waiting(producer, topic, key=key, value=value)
     producer.flush(60)
 
 
 def raw_loop(kafka: KafkaSettings, n: int) -> float:
     """Reports/s of a plain consumer loop doing the same decode + merge."""
-    consumer = Consumer(kafka.confluent(**{"group.id": f"raw-{uuid.uuid4().hex}",
-                                           "enable.auto.commit": False}))
+    consumer = kafka_clients.consumer(kafka, f"raw-{uuid.uuid4().hex}",
+                                      **{"enable.auto.commit": False})
     topic = kafka.topic("telemetry")
-    meta = consumer.list_topics(topic, timeout=10)
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)
-                     for p in meta.topics[topic].partitions])
+    consumer.assign(kafka_clients.starting_at(
+        topic, kafka_clients.partitions(consumer, topic, timeout_s=10), OFFSET_BEGINNING))
     controllers = {s: ScopeController(s, ControlConfig()) for s in SCOPES}
     seen, first, started = 0, 0, 0.0
     while seen < n:

@@ -34,15 +34,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
+from schemas import kafka_clients
+from schemas.clock import wall_ms
 from schemas.codec import decode, encode
 from schemas.contract import ControlTargets, PreemptionNotice, RmaTarget, SbmTarget
+from schemas.kafka_clients import OFFSET_END
 from schemas.kafka_config import KafkaSettings
 from workers.api import Candidate, RankRequest
 from workers.runtime.config import load_config
 from workers.runtime.kafka_io import KafkaIO
-from workers.runtime.worker import Worker, wall_ms
+from workers.runtime.worker import Worker
 
 TARGET_P99_MS = 5.0
 POOL = "eu1/rank/baseline/cpu/opportunistic"
@@ -71,11 +73,10 @@ class _RawReceiver(threading.Thread):
 
     def __init__(self, settings: KafkaSettings, partitions: list[int]) -> None:
         super().__init__(name="bench-raw-consumer", daemon=True)
-        self.consumer = Consumer(settings.confluent(**{
-            "group.id": f"bench-raw-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False,
-            "socket.nagle.disable": True, "fetch.wait.max.ms": 100}))
+        self.consumer = kafka_clients.consumer(settings, f"bench-raw-{uuid.uuid4().hex[:6]}", **{
+            "enable.auto.commit": False, "socket.nagle.disable": True, "fetch.wait.max.ms": 100})
         topic = settings.topic("preemption")
-        self.consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in partitions])
+        self.consumer.assign(kafka_clients.starting_at(topic, partitions, OFFSET_END))
         self.arrived: dict[str, int] = {}
         self.stopping = threading.Event()
 
@@ -136,7 +137,7 @@ async def _measure(settings: KafkaSettings, notices: int, warmup: int, gap_s: fl
     kafka.start()
     stopped: dict[str, int] = {}
     worker.preemption_listeners.append(lambda n, ns: stopped.__setitem__(n.notice_id, ns))
-    producer = Producer(settings.producer(**{"linger.ms": 0, "socket.nagle.disable": True}))
+    producer = kafka_clients.producer(settings, **{"linger.ms": 0, "socket.nagle.disable": True})
     raw: _RawReceiver | None = None
     stop_load = asyncio.Event()
     load = asyncio.create_task(_load(worker, load_rps, stop_load))
