@@ -7,7 +7,7 @@ decoded value is already known to be in range; policies still clamp to their *lo
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 import msgspec
 from msgspec import Meta, Struct
@@ -21,6 +21,20 @@ TimestampMs = Annotated[int, Meta(ge=0, le=2**53)]
 Name = Annotated[str, Meta(min_length=1, max_length=200)]
 Tier = Literal["baseline", "opportunistic"]
 ModelKind = Literal["baseline", "powerful"]
+#: Why a unit of optional work was not done. One spelling for the worker's counters, its
+#: Prometheus labels, WindowReports, simulator summaries and the event log. On the wire the key
+#: stays a plain name, so a reader older than a new reason still accepts the report.
+ShedReason = Literal[
+    "overload",        # the predicted queue wait passed the bound; lowest value first
+    "deadline",        # its deadline passed while it waited
+    "preemption",      # the replica is being reclaimed
+    "budget",          # the fleet's optional-work budget is spent for now
+    "stale_targets",   # no trusted, fresh targets: baseline only (fail safe)
+    "over_target",     # more extra candidates than the targets allow
+    "model_failure",   # the model raised on its batch
+    "shutdown",        # the worker is stopping
+]
+SHED_REASONS: tuple[ShedReason, ...] = get_args(ShedReason)
 
 
 class Event(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -172,7 +186,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 )
 
 __all__ = [
-    "EVENT_TYPES", "SCHEMA_VERSION", "CapacityEvent", "ControlTargets", "DeadLetter", "Event",
-    "LatencySketch", "ModelKind", "PreemptionNotice", "RmaTarget", "RoutingOutcome", "SbmTarget",
-    "SegmentPriority", "Tier", "WindowReport", "msgspec",
+    "EVENT_TYPES", "SCHEMA_VERSION", "SHED_REASONS", "CapacityEvent", "ControlTargets",
+    "DeadLetter", "Event", "LatencySketch", "ModelKind", "PreemptionNotice", "RmaTarget",
+    "RoutingOutcome", "SbmTarget",
+    "SegmentPriority", "ShedReason", "Tier", "WindowReport", "msgspec",
 ]

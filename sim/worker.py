@@ -25,30 +25,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import msgspec
 import numpy as np
 
 from schemas.contract import ControlTargets, PreemptionNotice, WindowReport
-from schemas.sketch import new_sketch, to_wire
 from sim.scenario import PoolConfig
 from workers.api import ServerState
 from workers.policy.admission import Admission, AdmissionConfig
-from workers.policy.targets import EffectiveTargets, LocalLimits, TargetState
+from workers.policy.replica import NoticeOutcome, ReplicaPolicy
+from workers.policy.targets import LocalLimits, TargetState, TargetVerdict
+from workers.policy.window import Identity, LoadTotals, ReportWindow
 
-REASON_STALE_TARGETS = "stale_targets"
-REASON_PREEMPTION = "preemption"
-REASON_OVER_TARGET = "over_target"
 UTIL_TAU_MS = 1000.0
 
 BASE, OPT, WHOLE = 0, 1, 2
-
-
-def fail_safe_reason(targets: EffectiveTargets) -> str:
-    """The shed reason when targets say baseline only (as the live worker names it)."""
-    return REASON_PREEMPTION if targets.reason == "preempted" else REASON_STALE_TARGETS
 
 
 class LatencyCurve:
@@ -94,18 +86,6 @@ class Request:
     finished_ms: float = 0.0
 
 
-@dataclass
-class WindowTotals:
-    """What one telemetry window accumulated (reset at each report)."""
-
-    requests: int = 0
-    baseline_requests: int = 0
-    optional_done: int = 0
-    rows: int = 0
-    busy_ms: float = 0.0
-    sketch: Any = field(default_factory=new_sketch)
-
-
 class SimWorker:
     """One replica set of one pool (see the module docstring)."""
 
@@ -126,7 +106,8 @@ class SimWorker:
             admission, initial_ms_per_unit=min(10_000.0, 1000.0 / max(
                 replicas * pool.units_per_s, 1e-6)))
         self.admission: Admission[tuple[Request, int]] = Admission(warm, on_shed=self._shed)
-        self.targets = TargetState(region, limits)
+        self.policy = ReplicaPolicy(pool_id=self.pool_id, worker_id=worker_id, region=region,
+                                    limits=limits)
         self.noise = noise
         self.on_done = on_done
         self.on_shed_item = on_shed
@@ -134,15 +115,25 @@ class SimWorker:
         self.now = float(start_ms)
         self.draining_deadline_ms: int | None = None
         self.stopped_optional_ms: float | None = None
-        self.budget_share = 1.0
-        self._budget: float | None = None
         self._util_acc = 0.0
         self.in_service = 0.0
-        self._window = WindowTotals()
-        self._window_start = start_ms
-        self._last_shed: dict[str, int] = {}
-        self._rows_per_request = 0.0
+        self._window = ReportWindow(Identity(
+            pool_id=self.pool_id, worker_id=worker_id, region=region, service=pool.service,
+            model=pool.model, tier=pool.tier, accelerator=pool.accelerator), start_ms)
+        self.busy_ms = 0.0
         self.served_units = 0
+
+    @property
+    def targets(self) -> TargetState:
+        return self.policy.targets
+
+    @property
+    def budget_share(self) -> float:
+        return self.policy.budget_share
+
+    @budget_share.setter
+    def budget_share(self, share: float) -> None:
+        self.policy.budget_share = share
 
     # -- capacity ----------------------------------------------------------------------------
 
@@ -199,7 +190,7 @@ class SimWorker:
             adm.record_service(units, units / rate)
             self.served_units += units
             self._util_acc += units
-            self._window.busy_ms += units / rate
+            self.busy_ms += units / rate
             service = self.curve(self.utilisation())
             for work in batch:
                 req, kind = work.item
@@ -233,14 +224,12 @@ class SimWorker:
     def _admit_extra(self, req: Request, extra: int, now: int, deadline_ms: float) -> None:
         """The live worker's rule: only as many as the targets allow, within the budget."""
         adm = self.admission
-        effective = self.targets.current(now)
-        if effective.baseline_only:
-            adm.count_shed(fail_safe_reason(effective), extra)
-            return
-        self._apply_budget(effective, now)
-        allowed = min(extra, effective.extra_candidates)
-        if allowed < extra:
-            adm.count_shed(REASON_OVER_TARGET, extra - allowed)
+        allowance = self.policy.allow_extra(self.policy.current(now), extra)
+        if allowance.new_budget is not None:
+            adm.set_budget(allowance.new_budget, now)
+        allowed = allowance.allowed
+        if allowance.refused is not None:
+            adm.count_shed(allowance.refused, extra - allowed)
         if allowed and adm.admit_optional((req, OPT), req.value, int(now + deadline_ms), now,
                                           units=allowed):
             req.opt_units = allowed
@@ -251,24 +240,23 @@ class SimWorker:
         self.advance(now)
         req.worker = self
         units = req.base + req.extra
-        effective = self.targets.current(now)
-        if effective.baseline_only:
-            self.admission.count_shed(fail_safe_reason(effective), units)
+        refusal = self.policy.whole_refusal(self.policy.current(now))
+        if refusal is not None:
+            self.admission.count_shed(refusal, units)
+            self.record(0.0, False, units, 0)  # as the live worker answers its 503
             return False
         admitted = self.admission.admit_optional((req, WHOLE), req.value,
                                                  int(now + deadline_ms), now, units=units)
         if admitted:
             self.advance(now)
+        else:
+            self.record(0.0, False, units, 0)
         return admitted
-
-    def _apply_budget(self, effective: EffectiveTargets, now: int) -> None:
-        budget = effective.budget_units_per_s * self.budget_share
-        if budget != self._budget:
-            self._budget = budget
-            self.admission.set_budget(budget, now)
 
     def _shed(self, item: tuple[Request, int], reason: str) -> None:
         req, kind = item
+        if kind == WHOLE:  # a queued whole request dropped later: the live worker's 503
+            self.record(self.now - req.arrival_ms, False, req.base + req.extra, 0)
         self.on_shed_item(req, kind, reason, self.now)
 
     def server_state(self, now: float) -> ServerState:
@@ -280,25 +268,26 @@ class SimWorker:
 
     # -- control messages --------------------------------------------------------------------
 
-    def offer_targets(self, targets: ControlTargets, now: int) -> None:
+    def offer_targets(self, targets: ControlTargets, now: int) -> TargetVerdict:
         """As the live worker: new trusted targets after a preemption resume optional work."""
-        verdict = self.targets.offer(targets, now)
-        if verdict.accepted and not self.targets.preempted and self.admission.preempted:
+        verdict, resume = self.policy.offer(targets, now,
+                                            admission_preempted=self.admission.preempted)
+        if resume:
             self.admission.resume()
+        return verdict
 
     def concerns(self, notice: PreemptionNotice) -> bool:
-        return notice.pool_id == self.pool_id and (not notice.replicas
-                                                   or self.worker_id in notice.replicas)
+        return self.policy.concerns(notice)
 
-    def preempt(self, notice: PreemptionNotice, now: int) -> str:
+    def preempt(self, notice: PreemptionNotice, now: int) -> NoticeOutcome:
         """The local fast path: stop optional work now, keep serving baseline until the
         deadline (the live worker's ``on_preemption``)."""
-        if notice.deadline_ms < now:
-            return "expired"
+        outcome = self.policy.on_notice(notice, now)
+        if outcome != "applied":
+            return outcome
         self.advance(now)
         self.now = now
         self.admission.preempt(now)
-        self.targets.preempt(now)
         self.draining_deadline_ms = notice.deadline_ms
         if self.stopped_optional_ms is None:
             self.stopped_optional_ms = float(now)
@@ -321,39 +310,14 @@ class SimWorker:
     # -- telemetry ---------------------------------------------------------------------------
 
     def record(self, latency_ms: float, baseline: bool, rows: int, optional_done: int) -> None:
-        w = self._window
-        w.sketch.add(max(0.0, latency_ms))
-        w.requests += 1
-        w.baseline_requests += baseline
-        w.rows += rows
-        w.optional_done += optional_done
+        self._window.record(latency_ms, baseline, rows, optional_done)
 
     def report(self, now: int) -> WindowReport:
         """Close the telemetry window (what the live worker publishes every interval)."""
         self.advance(now)
-        w = self._window
-        span_ms = max(now - self._window_start, 1)
-        shed_now = self.admission.shed_units
-        shed = {reason: n - self._last_shed.get(reason, 0) for reason, n in shed_now.items()}
-        self._last_shed = dict(shed_now)
-        if w.requests:
-            self._rows_per_request = w.rows / w.requests
-        per_request = max(self._rows_per_request, 1.0)
-        adm = self.admission
-        report = WindowReport(
-            pool_id=self.pool_id, worker_id=self.worker_id, region=self.region,
-            service=self.pool.service, model=self.pool.model, tier=self.pool.tier,
-            accelerator=self.pool.accelerator, window_start_ms=self._window_start,
-            window_end_ms=now, requests=w.requests, baseline_requests=w.baseline_requests,
-            optional_units_done=w.optional_done,
-            optional_units_shed={r: n for r, n in sorted(shed.items()) if n > 0},
-            latency_ms=to_wire(w.sketch), queue_depth=adm.queued_items,
-            queue_delay_ms=max(0.0, adm.queue_delay_ms(now)),
-            utilisation=min(10.0, w.busy_ms / span_ms),
-            capacity_rps=self.replicas * self.pool.units_per_s / per_request)
-        self._window = WindowTotals()
-        self._window_start = now
-        return report
+        totals = LoadTotals.of(self.admission.state(now), self.served_units,
+                               self.busy_ms / 1000.0)
+        return self._window.close(now, totals)
 
 
 class NormalBlock:

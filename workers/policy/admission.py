@@ -30,12 +30,14 @@ from typing import Annotated, Any, Generic, TypeVar
 import msgspec
 from msgspec import Meta
 
+from schemas.contract import ShedReason
+
 T = TypeVar("T")
 
-REASON_OVERLOAD = "overload"
-REASON_DEADLINE = "deadline"
-REASON_PREEMPTION = "preemption"
-REASON_BUDGET = "budget"
+REASON_OVERLOAD: ShedReason = "overload"
+REASON_DEADLINE: ShedReason = "deadline"
+REASON_PREEMPTION: ShedReason = "preemption"
+REASON_BUDGET: ShedReason = "budget"
 MAX_LEVEL = 3
 
 PositiveMs = Annotated[float, Meta(gt=0.0, le=60_000.0)]
@@ -189,7 +191,7 @@ class Admission(Generic[T]):
     """
 
     def __init__(self, config: AdmissionConfig | None = None,
-                 on_shed: Callable[[T, str], None] | None = None,
+                 on_shed: Callable[[T, ShedReason], None] | None = None,
                  batch_units: int | None = None) -> None:
         self.config = config or AdmissionConfig()
         self.on_shed = on_shed
@@ -210,7 +212,7 @@ class Admission(Generic[T]):
         self.in_flight_units = 0
         self.preempted = False
         #: Why the last refused :meth:`admit_optional` call was refused (None after a success).
-        self.last_refusal: str | None = None
+        self.last_refusal: ShedReason | None = None
         self.shed_units: dict[str, int] = {}
         self.admitted_units = {"baseline": 0, "optional": 0}
 
@@ -247,7 +249,7 @@ class Admission(Generic[T]):
             self.last_refusal = REASON_OVERLOAD
         return entry.live
 
-    def _refusal(self, units: int, deadline_ms: int, now_ms: int) -> str | None:
+    def _refusal(self, units: int, deadline_ms: int, now_ms: int) -> ShedReason | None:
         if self.preempted:
             return REASON_PREEMPTION
         if deadline_ms <= now_ms:
@@ -256,7 +258,7 @@ class Admission(Generic[T]):
             return REASON_BUDGET
         return None
 
-    def count_shed(self, reason: str, units: int = 1) -> None:
+    def count_shed(self, reason: ShedReason, units: int = 1) -> None:
         """Count optional units shed for a reason decided elsewhere (e.g. stale targets)."""
         if units > 0:
             self.shed_units[reason] = self.shed_units.get(reason, 0) + units
@@ -391,7 +393,7 @@ class Admission(Generic[T]):
             else:
                 self._shed(entry, REASON_OVERLOAD)
 
-    def _shed(self, entry: _Entry[T], reason: str) -> None:
+    def _shed(self, entry: _Entry[T], reason: ShedReason) -> None:
         self._remove(entry)
         self.count_shed(reason, entry.units)
         if self.on_shed is not None:

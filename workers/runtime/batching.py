@@ -26,6 +26,7 @@ import msgspec
 import numpy as np
 from msgspec import Meta
 
+from schemas.contract import ShedReason
 from workers.policy.admission import Admission, AdmissionState, Admitted
 
 
@@ -45,7 +46,7 @@ class Scorer(Protocol):
 class Shed(Exception):
     """Optional work that was not done; ``reason`` is the counter key it was counted under."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: ShedReason) -> None:
         super().__init__(reason)
         self.reason = reason
 
@@ -141,7 +142,8 @@ class Batcher:
             now = self._now()
             admitted = not self._stopping and self.admission.admit_optional(
                 job, value, now + max(1, int(deadline_ms)), now, units=len(sparse))
-            reason = self.admission.last_refusal if not self._stopping else "shutdown"
+            reason: ShedReason | None = (self.admission.last_refusal if not self._stopping
+                                         else "shutdown")
             if admitted:
                 self._cond.notify()
         if not admitted:
@@ -169,7 +171,7 @@ class Batcher:
         with self._cond:
             self.admission.set_budget(units_per_s, self._now())
 
-    def count_shed(self, reason: str, units: int) -> None:
+    def count_shed(self, reason: ShedReason, units: int) -> None:
         with self._cond:
             self.admission.count_shed(reason, units)
 
@@ -246,7 +248,7 @@ class Batcher:
         for loop, results in by_loop.items():
             _call_in_loop(loop, _settle, results)
 
-    def _shed(self, job: Job, reason: str) -> None:
+    def _shed(self, job: Job, reason: ShedReason) -> None:
         _call_in_loop(job.loop, _settle, [(job, Shed(reason))])
 
 

@@ -26,16 +26,20 @@ from schemas.contract import ControlTargets, PreemptionNotice, WindowReport
 from workers.api import RankRequest, RankResponse, ServerState
 from workers.policy import signing
 from workers.policy.admission import Admission
+from workers.policy.replica import NoticeOutcome, ReplicaPolicy
 from workers.policy.targets import EffectiveTargets, TargetState, TargetVerdict
-from workers.runtime.batching import Batcher, BatcherStopped, BatchReport, Job, Shed
+from workers.runtime.batching import (
+    Batcher,
+    BatcherStopped,
+    BatchReport,
+    Job,
+    Shed,
+    monotonic_ms,
+)
 from workers.runtime.config import WorkerConfig
 from workers.runtime.metrics import Snapshot, WorkerMetrics
 from workers.runtime.models import LoadedModel, load_model
 from workers.runtime.telemetry import Identity, LoadTotals, TelemetryWindow
-
-REASON_STALE_TARGETS = "stale_targets"
-REASON_PREEMPTION = "preemption"
-REASON_OVER_TARGET = "over_target"
 
 
 class RequestError(ValueError):
@@ -64,24 +68,25 @@ class KafkaLink(Protocol):
     def readiness(self) -> tuple[bool, dict[str, Any]]: ...
 
 
-def fail_safe_reason(targets: EffectiveTargets) -> str:
-    """The shed reason for optional work refused because targets say baseline only."""
-    return REASON_PREEMPTION if targets.reason == "preempted" else REASON_STALE_TARGETS
-
-
 class Worker:
     """See the module docstring. ``start`` loads the model; ``rank`` serves one request."""
 
-    def __init__(self, config: WorkerConfig, clock_ms: Callable[[], int] = wall_ms) -> None:
+    def __init__(self, config: WorkerConfig, clock_ms: Callable[[], int] = wall_ms,
+                 monotonic_ms: Callable[[], float] = monotonic_ms) -> None:
+        """``clock_ms`` is the wall clock of targets and notices, ``monotonic_ms`` the batcher's
+        clock of queue waits and budgets (both injectable so one recorded sequence can drive
+        this worker and the simulated one alike, ``tests/conformance``)."""
         self.config = config
         self.clock_ms = clock_ms
         self.model: LoadedModel | None = None
         self.admission: Admission[Job] = Admission(config.admission)
         self.batcher = Batcher(_NotLoaded(), self.admission, config.batching,
-                               on_batch=self._on_batch)
+                               on_batch=self._on_batch, clock_ms=monotonic_ms)
         key = config.signing_key()
-        self.targets = TargetState(config.region, config.limits,
-                                   signing.verifier(key) if key else None)
+        self.policy = ReplicaPolicy(pool_id=config.pool, worker_id=config.worker_id,
+                                    region=config.region, limits=config.limits,
+                                    verifier=signing.verifier(key) if key else None,
+                                    budget_share=config.budget_share)
         self._targets_lock = threading.Lock()
         self.metrics = WorkerMetrics(self.snapshot)
         self.window = TelemetryWindow(Identity(
@@ -94,8 +99,6 @@ class Worker:
         self.stopping = False
         #: Called in the Kafka thread right after optional work stopped: (notice, perf_ns).
         self.preemption_listeners: list[Callable[[PreemptionNotice, int], None]] = []
-        self._budget: float | None = None
-        self._notices_seen: dict[str, None] = {}  # insertion-ordered, bounded
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -152,8 +155,8 @@ class Worker:
         candidates' scores, so the client always falls back to the baseline pool.
         """
         n = len(sparse)
-        if effective.baseline_only:
-            reason = fail_safe_reason(effective)
+        reason = self.policy.whole_refusal(effective)
+        if reason is not None:
             self.batcher.count_shed(reason, n)
             self.window.record(0.0, False, n, 0)
             raise OptionalShed(reason)
@@ -177,22 +180,16 @@ class Worker:
             scored=n, optional_scored=n - req.base_count, optional_shed=0,
             server=self.server_state())
 
-    def _allowed_extra(self, effective: EffectiveTargets, extra_n: int) -> tuple[int, str | None]:
-        """RMA: how many extra candidates may be queued, and why the others are shed."""
-        if extra_n == 0:
-            return 0, None
-        if effective.baseline_only:
-            return 0, fail_safe_reason(effective)
-        self._apply_budget(effective)
-        allowed = min(extra_n, effective.extra_candidates)
-        return allowed, REASON_OVER_TARGET if allowed < extra_n else None
-
     async def _serve_split(self, req: RankRequest, dense: np.ndarray, sparse: np.ndarray,
                            effective: EffectiveTargets, started: float) -> RankResponse:
         """RMA: baseline candidates always scored; extra candidates only as allowed."""
         base_n = req.base_count
         extra_n = len(sparse) - base_n
-        allowed, refusal = self._allowed_extra(effective, extra_n)
+        with self._targets_lock:
+            allowance = self.policy.allow_extra(effective, extra_n)
+        if allowance.new_budget is not None:
+            self.batcher.set_budget(allowance.new_budget)
+        allowed, refusal = allowance.allowed, allowance.refused
         try:
             base_fut = self.batcher.submit_baseline(dense, sparse[:base_n]) if base_n else None
             opt_fut = (self.batcher.submit_optional(dense, sparse[base_n:base_n + allowed],
@@ -252,12 +249,6 @@ class Worker:
         sparse = np.asarray([c.sparse for c in req.candidates], dtype=np.int64)
         return dense, sparse.reshape(len(req.candidates), cfg.num_sparse)
 
-    def _apply_budget(self, effective: EffectiveTargets) -> None:
-        budget = effective.budget_units_per_s * self.config.budget_share
-        if budget != self._budget:
-            self._budget = budget
-            self.batcher.set_budget(budget)
-
     def server_state(self) -> ServerState:
         state = self.batcher.state()
         return ServerState(queue_delay_ms=max(0.0, state.queue_delay_ms), in_flight=self.in_flight,
@@ -266,6 +257,10 @@ class Worker:
 
     # -- control (any thread) --------------------------------------------------------------------
 
+    @property
+    def targets(self) -> TargetState:
+        return self.policy.targets
+
     def current_targets(self) -> EffectiveTargets:
         with self._targets_lock:
             return self.targets.current(self.clock_ms())
@@ -273,32 +268,23 @@ class Worker:
     def offer_targets(self, targets: ControlTargets) -> TargetVerdict:
         """Apply targets read from Kafka; new targets after a preemption resume optional work."""
         with self._targets_lock:
-            verdict = self.targets.offer(targets, self.clock_ms())
-            still_preempted = self.targets.preempted
-        if verdict.accepted and not still_preempted and self.admission.preempted:
+            verdict, resume = self.policy.offer(targets, self.clock_ms(),
+                                                admission_preempted=self.admission.preempted)
+        if resume:
             self.batcher.resume()
             self.draining_deadline_ms = None
         return verdict
 
     def concerns_me(self, notice: PreemptionNotice) -> bool:
-        return notice.pool_id == self.config.pool and (
-            not notice.replicas or self.config.worker_id in notice.replicas)
+        return self.policy.concerns(notice)
 
-    def on_preemption(self, notice: PreemptionNotice) -> str:
+    def on_preemption(self, notice: PreemptionNotice) -> NoticeOutcome:
         """Stop optional work now if the notice is for this replica; returns the outcome."""
-        if not self.concerns_me(notice):
-            return "not_mine"
-        now = self.clock_ms()
-        if notice.deadline_ms < now:
-            return "expired"  # read back from before a restart: the reclaim already happened
-        if notice.notice_id in self._notices_seen:
-            return "duplicate"  # re-read after a consumer restart: targets may have moved on
-        self._notices_seen[notice.notice_id] = None
-        if len(self._notices_seen) > 1024:
-            del self._notices_seen[next(iter(self._notices_seen))]
-        self.batcher.preempt()
         with self._targets_lock:
-            self.targets.preempt(now)
+            outcome = self.policy.on_notice(notice, self.clock_ms())
+        if outcome != "applied":
+            return outcome
+        self.batcher.preempt()
         stopped_ns = time.perf_counter_ns()
         reaction_ms = time.time_ns() / 1e6 - notice.ts_ms
         self.metrics.preemption_reaction.observe(max(0.0, reaction_ms) / 1000.0)

@@ -1,0 +1,95 @@
+"""One replica's decisions on optional work: extra candidates, budget share, notices, resume."""
+
+from __future__ import annotations
+
+from schemas.contract import ControlTargets, PreemptionNotice, RmaTarget, SbmTarget
+from workers.policy.replica import ReplicaPolicy
+from workers.policy.targets import LocalLimits
+
+POOL = "eu1/rank/baseline/l4/opportunistic"
+
+
+def _policy(share: float = 1.0) -> ReplicaPolicy:
+    return ReplicaPolicy(pool_id=POOL, worker_id="w1", region="eu1",
+                         limits=LocalLimits(max_extra_candidates=16), budget_share=share)
+
+
+def _targets(epoch: int, extra: int = 8, budget: float = 100.0, at: int = 0) -> ControlTargets:
+    return ControlTargets(scope="eu1", epoch=epoch, issued_at_ms=at, ttl_ms=10_000,
+                          rma=RmaTarget(extra_candidates=extra, budget_units_per_s=budget),
+                          sbm=SbmTarget(coverage=0.5))
+
+
+def _notice(notice_id: str = "n1", replicas: tuple[str, ...] = (), deadline: int = 5_000,
+            pool: str = POOL) -> PreemptionNotice:
+    return PreemptionNotice(notice_id=notice_id, ts_ms=0, region="eu1", pool_id=pool,
+                            replicas=list(replicas), deadline_ms=deadline)
+
+
+def test_without_targets_every_extra_candidate_is_refused_as_stale() -> None:
+    policy = _policy()
+    allowance = policy.allow_extra(policy.current(0), 5)
+    assert (allowance.allowed, allowance.refused, allowance.new_budget) == (0, "stale_targets",
+                                                                          None)
+
+
+def test_extra_candidates_are_capped_by_the_target_and_the_rest_named_over_target() -> None:
+    policy = _policy()
+    policy.offer(_targets(1, extra=3), 0, admission_preempted=False)
+    allowance = policy.allow_extra(policy.current(1), 5)
+    assert (allowance.allowed, allowance.refused) == (3, "over_target")
+    assert policy.allow_extra(policy.current(1), 2).refused is None
+
+
+def test_the_budget_is_this_replicas_share_and_reported_only_when_it_changes() -> None:
+    policy = _policy(share=0.25)
+    policy.offer(_targets(1, budget=400.0), 0, admission_preempted=False)
+    assert policy.allow_extra(policy.current(1), 1).new_budget == 100.0
+    assert policy.allow_extra(policy.current(2), 1).new_budget is None
+    policy.budget_share = 0.5
+    assert policy.allow_extra(policy.current(3), 1).new_budget == 200.0
+
+
+def test_no_extra_requested_decides_nothing() -> None:
+    policy = _policy()
+    policy.offer(_targets(1), 0, admission_preempted=False)
+    assert policy.allow_extra(policy.current(1), 0).new_budget is None
+
+
+def test_a_whole_request_is_refused_while_baseline_only_and_named_for_why() -> None:
+    policy = _policy()
+    assert policy.whole_refusal(policy.current(0)) == "stale_targets"
+    policy.offer(_targets(1), 0, admission_preempted=False)
+    assert policy.whole_refusal(policy.current(1)) is None
+    policy.on_notice(_notice(), 2)
+    assert policy.whole_refusal(policy.current(3)) == "preemption"
+
+
+def test_a_notice_applies_once_only_to_its_pool_or_named_replicas_before_its_deadline() -> None:
+    policy = _policy()
+    assert policy.on_notice(_notice(pool="eu1/other"), 0) == "not_mine"
+    assert policy.on_notice(_notice(replicas=("w2",)), 0) == "not_mine"
+    assert policy.on_notice(_notice(deadline=10), 11) == "expired"
+    assert policy.on_notice(_notice(replicas=("w1",)), 0) == "applied"
+    assert policy.on_notice(_notice(replicas=("w1",)), 1) == "duplicate"
+    assert policy.current(1).baseline_only and policy.current(1).reason == "preempted"
+
+
+def test_new_targets_after_a_preemption_resume_only_when_issued_after_it() -> None:
+    policy = _policy()
+    policy.offer(_targets(1, at=0), 0, admission_preempted=False)
+    policy.on_notice(_notice(), 100)
+    verdict, resume = policy.offer(_targets(2, at=50), 120, admission_preempted=True)
+    assert (verdict.accepted, resume) == (False, False)
+    verdict, resume = policy.offer(_targets(3, at=150), 160, admission_preempted=True)
+    assert (verdict.accepted, resume) == (True, True)
+    assert policy.offer(_targets(4, at=170), 170, admission_preempted=False)[1] is False
+
+
+def test_the_notice_memory_is_bounded() -> None:
+    policy = ReplicaPolicy(pool_id=POOL, worker_id="w1", region="eu1", limits=LocalLimits(),
+                           notice_memory=2)
+    for i in range(3):
+        assert policy.on_notice(_notice(f"n{i}"), 0) == "applied"
+    assert policy.on_notice(_notice("n0"), 0) == "applied"  # forgotten, the oldest
+    assert policy.on_notice(_notice("n2"), 0) == "duplicate"

@@ -1,0 +1,112 @@
+"""What one replica decides about optional work: the rules the live worker and the simulated
+worker share, written once so that a simulated result cannot drift from production.
+
+A replica holds the targets of its scope (:class:`TargetState`), a share of the fleet's
+optional-work budget, and the ids of the preemption notices it already acted on. From those it
+decides, per request, how many extra candidates it may queue and why the rest are shed; per
+targets message, whether optional work resumes; and per notice, whether the notice is for it
+and still to act on. What it decides is applied by the caller to its admission queues (the
+live worker's batcher, or the simulator's admission directly): this class holds no queue,
+reads no clock and takes every time as an argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from schemas.contract import ControlTargets, PreemptionNotice, ShedReason
+from workers.policy.targets import EffectiveTargets, LocalLimits, TargetState, TargetVerdict
+
+NoticeOutcome = Literal["applied", "not_mine", "expired", "duplicate"]
+
+
+def fail_safe_reason(targets: EffectiveTargets) -> ShedReason:
+    """Why optional work is refused while targets say baseline only (invariant 2)."""
+    return "preemption" if targets.reason == "preempted" else "stale_targets"
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraAllowance:
+    """How many of a request's extra candidates may be queued, and what to do about the rest."""
+
+    allowed: int
+    #: Why the ``requested - allowed`` others are shed (None when none are).
+    refused: ShedReason | None
+    #: A budget (units/s) admission must hold from now on, when it changed; else None.
+    new_budget: float | None = None
+
+
+class ReplicaPolicy:
+    """The decisions of one replica (see the module docstring). Not thread-safe: the live worker
+    calls it under one lock."""
+
+    def __init__(self, *, pool_id: str, worker_id: str, region: str, limits: LocalLimits,
+                 verifier: Callable[[ControlTargets], bool] | None = None,
+                 budget_share: float = 1.0, notice_memory: int = 1024) -> None:
+        self.pool_id = pool_id
+        self.worker_id = worker_id
+        self.targets = TargetState(region, limits, verifier)
+        #: This replica's share of the fleet budget in the targets (the simulator's load
+        #: balancer moves it as replica sets come and go).
+        self.budget_share = budget_share
+        self._budget: float | None = None
+        self._notice_memory = notice_memory
+        self._notices_seen: dict[str, None] = {}  # insertion-ordered, bounded
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def current(self, now_ms: int) -> EffectiveTargets:
+        return self.targets.current(now_ms)
+
+    def allow_extra(self, effective: EffectiveTargets, requested: int) -> ExtraAllowance:
+        """RMA: as many extra candidates as the targets allow, none while they say baseline
+        only. The budget is applied here so that it changes before the first unit it governs."""
+        if requested <= 0:
+            return ExtraAllowance(0, None)
+        if effective.baseline_only:
+            return ExtraAllowance(0, fail_safe_reason(effective))
+        budget = effective.budget_units_per_s * self.budget_share
+        new_budget = None
+        if budget != self._budget:
+            self._budget = new_budget = budget
+        allowed = min(requested, effective.extra_candidates)
+        return ExtraAllowance(allowed, "over_target" if allowed < requested else None,
+                              new_budget)
+
+    @staticmethod
+    def whole_refusal(effective: EffectiveTargets) -> ShedReason | None:
+        """SBM: a whole request of the powerful model is refused at once while targets say
+        baseline only (the client falls back to baseline replicas); None means try admission."""
+        return fail_safe_reason(effective) if effective.baseline_only else None
+
+    # -- control messages --------------------------------------------------------------------
+
+    def offer(self, targets: ControlTargets, now_ms: int, *,
+              admission_preempted: bool) -> tuple[TargetVerdict, bool]:
+        """Apply targets; True as second value when optional work must resume (trusted new
+        targets after a preemption, issued after it)."""
+        verdict = self.targets.offer(targets, now_ms)
+        resume = verdict.accepted and not self.targets.preempted and admission_preempted
+        return verdict, resume
+
+    def concerns(self, notice: PreemptionNotice) -> bool:
+        """The notice names this replica, or its whole pool."""
+        return notice.pool_id == self.pool_id and (
+            not notice.replicas or self.worker_id in notice.replicas)
+
+    def on_notice(self, notice: PreemptionNotice, now_ms: int) -> NoticeOutcome:
+        """Whether to stop optional work now. On ``applied`` the targets already say baseline
+        only; the caller stops its admission queues (and drains until the deadline)."""
+        if not self.concerns(notice):
+            return "not_mine"
+        if notice.deadline_ms < now_ms:
+            return "expired"  # read back from before a restart: the reclaim already happened
+        if notice.notice_id in self._notices_seen:
+            return "duplicate"  # re-read after a consumer restart: targets may have moved on
+        self._notices_seen[notice.notice_id] = None
+        if len(self._notices_seen) > self._notice_memory:
+            del self._notices_seen[next(iter(self._notices_seen))]
+        self.targets.preempt(now_ms)
+        return "applied"
