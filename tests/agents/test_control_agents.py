@@ -11,6 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from schemas.clock import wall_ms
 from schemas.codec import decode, encode, encode_telemetry
 from schemas.contract import ControlTargets, DeadLetter, PreemptionNotice
 from schemas.kafka_config import KafkaSettings
@@ -40,7 +41,7 @@ async def control_plane(kafka: KafkaSettings, tmp_path: Path) -> AsyncIterator[C
 
 async def test_capacity_reports_and_a_tick_publish_period_targets(
         control_plane: ControlPlane, kafka: KafkaSettings) -> None:
-    now = int(time.time() * 1000)
+    now = wall_ms()
     async with control_plane.agents["capacity"].test_context() as agent:
         await agent.put(encode(_grant("eu1", now)), key=b"eu1", partition=0)
     async with control_plane.agents["telemetry"].test_context() as agent:
@@ -48,7 +49,7 @@ async def test_capacity_reports_and_a_tick_publish_period_targets(
         await agent.put(encode_telemetry(batch), key=b"eu1", partition=0)
     assert control_plane.metrics.reports._value.get() == 4
     async with control_plane.agents["ticks"].test_context() as agent:
-        await agent.put(msgspec.json.encode(Tick(now_ms_plus(1000))), partition=0)
+        await agent.put(msgspec.json.encode(Tick(wall_ms() + 1000)), partition=0)
         await until(lambda: published(control_plane) == 1)
     await flushed(control_plane)
     reader = TopicReader(kafka, "targets")
@@ -61,7 +62,7 @@ async def test_capacity_reports_and_a_tick_publish_period_targets(
 
 async def test_preemption_agent_publishes_clamped_targets_at_once(
         control_plane: ControlPlane, kafka: KafkaSettings) -> None:
-    now = int(time.time() * 1000)
+    now = wall_ms()
     async with control_plane.agents["capacity"].test_context() as agent:
         await agent.put(encode(_grant("eu1", now)), key=b"eu1", partition=1)
     notice = PreemptionNotice(notice_id="n1", ts_ms=now, region="eu1",
@@ -82,7 +83,7 @@ async def test_preemption_agent_publishes_clamped_targets_at_once(
 
 async def test_garbage_and_lying_keys_are_dead_lettered_and_the_agent_keeps_going(
         control_plane: ControlPlane, kafka: KafkaSettings) -> None:
-    now = int(time.time() * 1000)
+    now = wall_ms()
     async with control_plane.agents["capacity"].test_context() as agent:
         await agent.put(b"\x00 not json", key=b"eu1", partition=0)
         await agent.put(encode(_grant("us2", now)), key=b"eu1", partition=0)
@@ -105,10 +106,6 @@ async def test_garbage_and_lying_keys_are_dead_lettered_and_the_agent_keeps_goin
 async def flushed(plane: ControlPlane) -> None:
     """Everything the agents sent is on the broker (bounded: a stuck batch fails the test)."""
     await asyncio.wait_for(plane.app.producer.flush(), timeout=30)
-
-
-def now_ms_plus(delta_ms: int) -> int:
-    return int(time.time() * 1000) + delta_ms
 
 
 async def until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:

@@ -6,8 +6,9 @@ import asyncio
 
 import faust
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 
+from schemas import kafka_clients
+from schemas.kafka_clients import NewTopic
 from schemas.kafka_config import KafkaSettings
 from streams.app import broker_kwargs
 from tests.agents.support import producing
@@ -30,7 +31,7 @@ async def test_a_queued_send_survives_the_producer_learning_of_a_new_topic(
         await app.producer.create_topic(f"{kafka.prefix}declared", partitions=1, replication=1)
         known = kafka.topic("deadletter")
         late = f"{kafka.prefix}created-after-start"
-        admin = AdminClient(kafka.confluent())
+        admin = kafka_clients.admin(kafka)
         admin.create_topics([NewTopic(late, num_partitions=1, replication_factor=1)])[late] \
             .result(timeout=30)
         waiting = await app.producer.send(known, b"k", b"queued", partition=0,

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
+from schemas import kafka_clients
+from schemas.clock import wall_ms
 from schemas.codec import decode, encode
 from schemas.contract import CapacityEvent, ControlTargets, Event, PreemptionNotice
 from schemas.kafka_config import KafkaSettings
@@ -32,7 +33,7 @@ STORM_S = 1.0
 
 
 def _notice(pool: str, replicas: list[str], deadline_ms: int) -> PreemptionNotice:
-    now = int(time.time() * 1000)
+    now = wall_ms()
     return PreemptionNotice(notice_id=f"storm-{pool}-{'-'.join(replicas) or 'all'}-{now}",
                             ts_ms=now, region=REGION, pool_id=pool, replicas=replicas,
                             deadline_ms=deadline_ms, accelerator="a100",
@@ -40,7 +41,7 @@ def _notice(pool: str, replicas: list[str], deadline_ms: int) -> PreemptionNotic
 
 
 def _revoke(pool: str) -> CapacityEvent:
-    now = int(time.time() * 1000)
+    now = wall_ms()
     return CapacityEvent(event_id=f"revoke-{pool}-{now}", ts_ms=now, region=REGION, pool_id=pool,
                          kind="revoke", accelerator="a100")
 
@@ -66,7 +67,7 @@ def test_preemption_storm_keeps_baseline_within_sla_with_no_rejection(
     reader.poll(0.2)
     seen_before = len(reader.messages)
 
-    producer = Producer(kafka.producer(**{"linger.ms": 0}))  # connected before the storm
+    producer = kafka_clients.producer(kafka, **{"linger.ms": 0})  # connected before the storm
     producer.list_topics(timeout=10)
     storm_at, storm_wall = load.now(), time.time()
     deadline_ms = int(storm_wall * 1000 + STORM_S * 1000)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from schemas.clock import wall_ms
 from schemas.codec import decode
 from schemas.contract import ControlTargets
 from schemas.kafka_config import KafkaSettings
@@ -45,7 +46,7 @@ def test_control_plane_joins_and_leaves_under_load_one_owner_per_scope(
     fleet.wait_for("both scopes have targets", lambda: set(first.published()) >= {REGION, OTHER},
                    60)
     warm = fleet.warm_up()
-    settled_ms = int(time.time() * 1000)
+    settled_ms = wall_ms()
     time.sleep(3)
 
     join_at = load.now()

@@ -19,8 +19,9 @@ from typing import Any
 
 import msgspec
 import pytest
-from confluent_kafka import Producer
 
+from schemas import kafka_clients
+from schemas.clock import wall_ms
 from schemas.codec import decode, encode
 from schemas.contract import ControlTargets, DeadLetter, RmaTarget, SbmTarget
 from schemas.kafka_config import KafkaSettings
@@ -42,7 +43,7 @@ KEY = uuid.uuid4().hex.encode()
 def _targets(epoch: int, *, extra: int = 8, issued_delta_ms: int = 0, ttl_ms: int = 60_000,
              scope: str = REGION, key: bytes | None = KEY) -> bytes:
     targets = ControlTargets(scope=scope, epoch=epoch,
-                             issued_at_ms=int(time.time() * 1000) + issued_delta_ms,
+                             issued_at_ms=wall_ms() + issued_delta_ms,
                              ttl_ms=ttl_ms, rma=RmaTarget(extra_candidates=extra,
                                                           budget_units_per_s=1e6),
                              sbm=SbmTarget(coverage=0.2))
@@ -90,7 +91,7 @@ def test_hostile_targets_are_dropped_or_clamped_and_counted_end_to_end(
     worker = WorkerProc(tmp_path, "w1", kafka=kafka,
                         extra_toml=f"[limits]\nmax_extra_candidates = {LOCAL_MAX_EXTRA}\n",
                         args=["--signing-key-file", str(key_file)])
-    producer = Producer(kafka.producer(**{"linger.ms": 0}))
+    producer = kafka_clients.producer(kafka, **{"linger.ms": 0})
 
     def send(payload: bytes, key: str = REGION) -> None:
         producer.produce(kafka.topic("targets"), key=key, value=payload)

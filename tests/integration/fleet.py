@@ -17,6 +17,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from schemas.clock import wall_ms
 from schemas.contract import CapacityEvent
 from schemas.kafka_config import KafkaSettings
 from surplus import localkafka
@@ -153,7 +154,7 @@ class ControlProc(Proc):
 def grant(kafka: KafkaSettings, pool_id: str, units: float = 8.0, cpu: float = 64.0,
           event_id: str | None = None, region: str = REGION) -> None:
     """The scheduler's grant of opportunistic capacity to `pool_id` for ten minutes."""
-    now = int(time.time() * 1000)
+    now = wall_ms()
     publish(kafka, "capacity", [(region, CapacityEvent(
         event_id=event_id or f"grant-{pool_id}-{now}", ts_ms=now, region=region,
         pool_id=pool_id, kind="grant", accelerator="a100", accelerator_units=units,

@@ -10,10 +10,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-
+from schemas import kafka_clients
 from schemas.codec import decode, encode
 from schemas.contract import Event
+from schemas.kafka_clients import OFFSET_BEGINNING
 from schemas.kafka_config import KafkaSettings
 from surplus.demo.procs import Child
 
@@ -53,7 +53,7 @@ def running(args: list[str], log_path: Path) -> Iterator[Proc]:
 
 def publish(kafka: KafkaSettings, logical: str, items: list[tuple[str | None, Any]]) -> None:
     """Produce (key, event-or-bytes) pairs with the scope-compatible partitioner."""
-    producer = Producer(kafka.producer())
+    producer = kafka_clients.producer(kafka)
     for key, value in items:
         payload = value if isinstance(value, bytes) else encode(value)
         producer.produce(kafka.topic(logical), key=key, value=payload)
@@ -64,13 +64,13 @@ class TopicReader:
     """Reads a whole topic from the beginning (all partitions, no group commits) and follows."""
 
     def __init__(self, kafka: KafkaSettings, logical: str) -> None:
-        self.consumer = Consumer(kafka.confluent(**{
-            "group.id": f"reader-{os.getpid()}-{time.monotonic_ns()}",
-            "enable.auto.commit": False, "auto.offset.reset": "earliest"}))
+        self.consumer = kafka_clients.consumer(
+            kafka, f"reader-{os.getpid()}-{time.monotonic_ns()}",
+            **{"enable.auto.commit": False, "auto.offset.reset": "earliest"})
         topic = kafka.topic(logical)
-        meta = self.consumer.list_topics(topic, timeout=10)
-        self.consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)
-                              for p in meta.topics[topic].partitions])
+        self.consumer.assign(kafka_clients.starting_at(
+            topic, kafka_clients.partitions(self.consumer, topic, timeout_s=10),
+            OFFSET_BEGINNING))
         self.messages: list[Any] = []
 
     def poll(self, seconds: float) -> list[Any]:

@@ -9,10 +9,12 @@ import time
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+from schemas import kafka_clients
+from schemas.clock import wall_ms
 from schemas.codec import decode, encode
 from schemas.contract import DeadLetter, Event, RoutingOutcome
+from schemas.kafka_clients import OFFSET_BEGINNING
 from schemas.kafka_config import KafkaSettings
 from tests.unit.client.contract_worker import Worker, serve
 from tests.unit.policy.helpers import targets
@@ -23,12 +25,8 @@ from workers.client.config import ClientConfig
 pytestmark = pytest.mark.kafka
 
 
-def _now() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _publish(kafka: KafkaSettings, items: list[tuple[str, bytes]]) -> None:
-    producer = Producer(kafka.producer())
+    producer = kafka_clients.producer(kafka)
     for key, value in items:
         producer.produce(kafka.topic("targets"), key=key, value=value)
     assert producer.flush(10) == 0
@@ -36,11 +34,10 @@ def _publish(kafka: KafkaSettings, items: list[tuple[str, bytes]]) -> None:
 
 def _read_all(kafka: KafkaSettings, logical: str,
               expected: int) -> list[tuple[bytes | None, bytes]]:
-    consumer = Consumer(kafka.confluent(**{"group.id": f"read-{logical}",
-                                           "enable.auto.commit": False}))
+    consumer = kafka_clients.consumer(kafka, f"read-{logical}", **{"enable.auto.commit": False})
     topic = kafka.topic(logical)
-    parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+    parts = kafka_clients.partitions(consumer, topic, timeout_s=10)
+    consumer.assign(kafka_clients.starting_at(topic, parts, OFFSET_BEGINNING))
     got: list[tuple[bytes | None, bytes]] = []
     deadline = time.monotonic() + 20
     try:
@@ -66,7 +63,7 @@ def _ev(event: Event) -> bytes:
 
 async def test_client_starts_from_latest_target_of_its_scope_and_follows(
         kafka: KafkaSettings) -> None:
-    now = _now()
+    now = wall_ms()
     _publish(kafka, [("eu1", _ev(targets(epoch=1, coverage=0.1, issued_at_ms=now))),
                      ("us1", _ev(targets(scope="us1", epoch=9, coverage=0.9, issued_at_ms=now))),
                      ("eu1", _ev(targets(epoch=2, coverage=0.5, issued_at_ms=now))),
@@ -79,7 +76,7 @@ async def test_client_starts_from_latest_target_of_its_scope_and_follows(
         assert summary["effective"]["coverage"] == 0.5
         assert summary["feed"] == {"received": 2, "other_scope": 1, "decode_error": 1}
         assert summary["targets"] == {"applied": 2}
-        _publish(kafka, [("eu1", _ev(targets(epoch=3, coverage=0.7, issued_at_ms=_now())))])
+        _publish(kafka, [("eu1", _ev(targets(epoch=3, coverage=0.7, issued_at_ms=wall_ms())))])
         await _until(lambda: client.summary()["effective"]["epoch"] == 3)
     letters = [decode(DeadLetter, v) for _, v in _read_all(kafka, "deadletter", 1)]
     assert len(letters) == 1
@@ -89,7 +86,7 @@ async def test_client_starts_from_latest_target_of_its_scope_and_follows(
 
 async def test_stale_target_on_the_topic_leaves_the_client_baseline_only(
         kafka: KafkaSettings) -> None:
-    _publish(kafka, [("eu1", _ev(targets(epoch=5, issued_at_ms=_now() - 120_000,
+    _publish(kafka, [("eu1", _ev(targets(epoch=5, issued_at_ms=wall_ms() - 120_000,
                                          ttl_ms=60_000)))])
     config = ClientConfig(scope="eu1", baseline_urls=["http://127.0.0.1:9"],
                           catch_up_timeout_s=30.0)
@@ -102,7 +99,7 @@ async def test_every_request_publishes_an_outcome_keyed_by_scope(kafka: KafkaSet
     baseline, powerful = Worker("baseline"), Worker("powerful")
     servers = [await serve(baseline), await serve(powerful)]
     urls = [str(s.make_url("")).rstrip("/") for s in servers]
-    _publish(kafka, [("eu1", _ev(targets(epoch=1, coverage=0.5, issued_at_ms=_now())))])
+    _publish(kafka, [("eu1", _ev(targets(epoch=1, coverage=0.5, issued_at_ms=wall_ms())))])
     config = ClientConfig(scope="eu1", baseline_urls=[urls[0]], powerful_urls=[urls[1]],
                           catch_up_timeout_s=30.0)
     candidates = [Candidate(id=i, prior=i / 10) for i in range(5)]

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource
 
+from schemas import kafka_clients
 from schemas.codec import decode, encode
+from schemas.kafka_clients import ConfigResource
 from schemas.kafka_config import KafkaSettings
 from schemas.topics import BY_LOGICAL
 from tests.unit.schemas.samples import SAMPLES
@@ -21,8 +21,7 @@ LOGICAL_OF = {spec.value_type: logical for logical, spec in BY_LOGICAL.items()}
 
 
 def _consume_all(kafka: KafkaSettings, topics: list[str], expected: int) -> list[Any]:
-    consumer = Consumer(kafka.confluent(**{"group.id": "roundtrip",
-                                           "auto.offset.reset": "earliest"}))
+    consumer = kafka_clients.consumer(kafka, "roundtrip", **{"auto.offset.reset": "earliest"})
     consumer.subscribe(topics)
     got = []
     try:
@@ -39,7 +38,7 @@ def _consume_all(kafka: KafkaSettings, topics: list[str], expected: int) -> list
 
 def test_confluent_kafka_round_trips_every_event_with_key_and_partition(
         kafka: KafkaSettings) -> None:
-    producer = Producer(kafka.confluent())
+    producer = kafka_clients.producer(kafka)
     sent = {}
     for i, event in enumerate(SAMPLES):
         topic = kafka.topic(LOGICAL_OF[type(event)])
@@ -89,7 +88,7 @@ def test_aiokafka_round_trips_every_event_with_key_and_partition(kafka: KafkaSet
 
 
 def test_targets_topic_is_compacted_and_others_are_not(kafka: KafkaSettings) -> None:
-    admin = AdminClient(kafka.confluent())
+    admin = kafka_clients.admin(kafka)
     resources = [ConfigResource(ConfigResource.Type.TOPIC, kafka.topic(name))
                  for name in BY_LOGICAL]
     policies = {res.name: fut.result(10)["cleanup.policy"].value

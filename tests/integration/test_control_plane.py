@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from schemas.clock import wall_ms
 from schemas.codec import decode
 from schemas.contract import (
     CapacityEvent,
@@ -76,7 +77,7 @@ def _feed(kafka: KafkaSettings, seconds: float, scopes: tuple[str, ...] = SCOPES
           latency_ms: float = 5.0) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        now = int(time.time() * 1000)
+        now = wall_ms()
         for scope in scopes:
             publish(kafka, "telemetry", _reports(scope, now, latency_ms=latency_ms))
         time.sleep(0.25)
@@ -100,7 +101,7 @@ def test_targets_every_period_with_growing_epoch_fast_path_and_dead_letters(
     reader = TopicReader(kafka, "targets")
     proc = _start(kafka, tmp_path, "cp")
     try:
-        now = int(time.time() * 1000)
+        now = wall_ms()
         publish(kafka, "capacity", [(s, _grant(s, now)) for s in SCOPES])
         _wait_targets(reader, "eu1", 1, 60, proc)
         assert _targets(reader, "eu1"), proc.output()[-2000:]
@@ -155,7 +156,7 @@ def test_rma_rises_under_the_budget_when_fast_and_falls_within_two_periods_when_
         kafka: KafkaSettings, tmp_path: Path) -> None:
     port = free_port()
     reader = TopicReader(kafka, "targets")
-    publish(kafka, "capacity", [("eu1", _grant("eu1", int(time.time() * 1000)))])
+    publish(kafka, "capacity", [("eu1", _grant("eu1", wall_ms()))])
     proc = _start(kafka, tmp_path, "cp", metrics_port=port)
     try:
         _wait_targets(reader, "eu1", 1, 60, proc)
@@ -174,7 +175,7 @@ def test_rma_rises_under_the_budget_when_fast_and_falls_within_two_periods_when_
         assert any(k.startswith("surplus_control_consumer_lag{") for k in metrics)
         assert metrics['surplus_control_opportunistic_units{resource="a100",scope="eu1"}'] == 8.0
 
-        switched = time.time() * 1000
+        switched = wall_ms()
         _feed(kafka, 2.5 * PERIOD_S, ("eu1",), latency_ms=400.0)  # p99 far above the SLA
         reader.poll(0.5)
         slow = [t for t in _targets(reader, "eu1") if t.issued_at_ms > switched]
@@ -191,7 +192,7 @@ def test_rma_rises_under_the_budget_when_fast_and_falls_within_two_periods_when_
 def test_kill_9_and_restart_keeps_epoch_growing_without_a_burst(
         kafka: KafkaSettings, tmp_path: Path) -> None:
     reader = TopicReader(kafka, "targets")
-    now = int(time.time() * 1000)
+    now = wall_ms()
     publish(kafka, "capacity", [("eu1", _grant("eu1", now))])
     first = _start(kafka, tmp_path, "first")
     try:
@@ -220,7 +221,7 @@ def test_kill_9_and_restart_keeps_epoch_growing_without_a_burst(
 def test_two_processes_publish_each_scope_once_per_period_and_hand_over(
         kafka: KafkaSettings, tmp_path: Path) -> None:
     reader = TopicReader(kafka, "targets")
-    now = int(time.time() * 1000)
+    now = wall_ms()
     publish(kafka, "capacity", [(s, _grant(s, now)) for s in SCOPES])
     a = _start(kafka, tmp_path, "a")
     b = _start(kafka, tmp_path, "b")
@@ -239,7 +240,7 @@ def test_two_processes_publish_each_scope_once_per_period_and_hand_over(
             assert len(times) >= 4, f"{scope}: {times}"
             assert min(gaps) >= PERIOD_S * 1000 * 0.5, f"{scope} published twice: {gaps}"
         b.stop()
-        stopped_at = int(time.time() * 1000)
+        stopped_at = wall_ms()
         _feed(kafka, 8 * PERIOD_S)
         reader.poll(0.5)
         later = [decode(ControlTargets, m.value()) for m in reader.messages]

@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp.test_utils import TestClient
 
+from schemas.clock import wall_ms
 from tests.integration.worker_support import (
     body,
     notice,
-    now_ms,
     rank_request,
     running_worker,
     targets,
@@ -88,12 +88,12 @@ async def test_baseline_is_always_served_while_preempted(running: Running) -> No
 
 async def test_newer_targets_after_preemption_resume_optional_work(running: Running) -> None:
     worker, client = running
-    worker.offer_targets(targets(epoch=1, issued_at_ms=now_ms() - 1000))
+    worker.offer_targets(targets(epoch=1, issued_at_ms=wall_ms() - 1000))
     first = notice(worker.config.pool, replicas=["w1"])
     assert worker.on_preemption(first) == "applied"
-    stale = worker.offer_targets(targets(epoch=2, issued_at_ms=now_ms() - 500))
+    stale = worker.offer_targets(targets(epoch=2, issued_at_ms=wall_ms() - 500))
     assert not stale.accepted  # issued before the preemption: must not switch work back on
-    assert worker.offer_targets(targets(epoch=3, issued_at_ms=now_ms() + 5)).accepted
+    assert worker.offer_targets(targets(epoch=3, issued_at_ms=wall_ms() + 5)).accepted
     _, raw = await post(client, body(2, 2))
     assert raw["optional_scored"] == 2 and raw["server"]["preempted"] is False
     # The same notice read again (a consumer restart) must not stop work a second time.
@@ -106,7 +106,7 @@ async def test_notices_for_other_pools_or_replicas_change_nothing(running: Runni
     worker.offer_targets(targets(epoch=1))
     assert worker.on_preemption(notice("eu1/rank/powerful/a100/opportunistic")) == "not_mine"
     assert worker.on_preemption(notice(worker.config.pool, replicas=["w9"])) == "not_mine"
-    past = notice(worker.config.pool, ts_ms=now_ms() - 60_000, deadline_in_ms=30_000)
+    past = notice(worker.config.pool, ts_ms=wall_ms() - 60_000, deadline_in_ms=30_000)
     assert worker.on_preemption(past) == "expired"
     _, raw = await post(client, body(2, 2))
     assert raw["optional_scored"] == 2

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
+from schemas import kafka_clients
 from schemas.codec import encode
 from schemas.kafka_config import KafkaSettings
 from surplus import localkafka
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 def publish_targets(kafka: KafkaSettings, epoch: int, ttl_ms: int) -> None:
-    producer = Producer(kafka.producer(**{"linger.ms": 0}))
+    producer = kafka_clients.producer(kafka, **{"linger.ms": 0})
     producer.produce(kafka.topic("targets"), key="eu1",
                      value=encode(targets(epoch=epoch, extra=4, ttl_ms=ttl_ms)))
     assert producer.flush(20) == 0

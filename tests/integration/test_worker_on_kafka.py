@@ -10,8 +10,9 @@ import time
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Producer
 
+from schemas import kafka_clients
+from schemas.clock import wall_ms
 from schemas.codec import decode, encode
 from schemas.contract import DeadLetter, WindowReport
 from schemas.kafka_config import KafkaSettings
@@ -31,7 +32,7 @@ def kafka_config(kafka: KafkaSettings, **overrides: object) -> WorkerConfig:
 def produce(kafka: KafkaSettings, logical: str, key: str, value: bytes) -> tuple[int, int]:
     """Produce one message; its (partition, offset)."""
     where: list[tuple[int, int]] = []
-    producer = Producer(kafka.producer(**{"linger.ms": 0}))
+    producer = kafka_clients.producer(kafka, **{"linger.ms": 0})
     producer.produce(kafka.topic(logical), key=key, value=value,
                      on_delivery=lambda err, msg: where.append((int(msg.partition() or 0),
                                                                int(msg.offset() or 0))))
@@ -86,7 +87,7 @@ async def test_preemption_notice_stops_optional_work_and_the_reaction_is_measure
                                       worker.kafka.readiness()[1]["preemption_partitions"]))
         stopped: list[tuple[int, int]] = []
         worker.preemption_listeners.append(
-            lambda n, ns: stopped.append((n.ts_ms, time.time_ns() // 1_000_000)))
+            lambda n, ns: stopped.append((n.ts_ms, wall_ms())))
         assert (await (await client.post(RANK_PATH, data=body(2, 2))).json())[
             "optional_scored"] == 2
         reactions = []

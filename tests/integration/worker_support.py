@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
+from schemas.clock import wall_ms
 from schemas.contract import ControlTargets, PreemptionNotice, RmaTarget, SbmTarget
 from workers.api import Candidate, RankRequest, encode
 from workers.runtime.config import WorkerConfig, load_config
@@ -48,15 +48,11 @@ def body(base: int, extra: int, **kw: Any) -> bytes:
     return encode(rank_request(base, extra, **kw))
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def targets(epoch: int, extra: int = 8, budget: float = 1e6, coverage: float = 0.5,
             region: str = "eu1", issued_at_ms: int | None = None,
             ttl_ms: int = 60_000) -> ControlTargets:
     return ControlTargets(scope=region, epoch=epoch,
-                          issued_at_ms=now_ms() if issued_at_ms is None else issued_at_ms,
+                          issued_at_ms=wall_ms() if issued_at_ms is None else issued_at_ms,
                           ttl_ms=ttl_ms, rma=RmaTarget(extra_candidates=extra,
                                                        budget_units_per_s=budget),
                           sbm=SbmTarget(coverage=coverage))
@@ -64,7 +60,7 @@ def targets(epoch: int, extra: int = 8, budget: float = 1e6, coverage: float = 0
 
 def notice(pool_id: str, replicas: list[str] | None = None, notice_id: str = "n1",
            ts_ms: int | None = None, deadline_in_ms: int = 30_000) -> PreemptionNotice:
-    ts = now_ms() if ts_ms is None else ts_ms
+    ts = wall_ms() if ts_ms is None else ts_ms
     return PreemptionNotice(notice_id=notice_id, ts_ms=ts, region="eu1", pool_id=pool_id,
                             replicas=replicas or [], deadline_ms=ts + deadline_in_ms)
 

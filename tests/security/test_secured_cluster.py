@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
-from confluent_kafka.admin import AclBinding, AdminClient, NewTopic
 
+from schemas import kafka_clients
 from schemas.contract import ControlTargets
+from schemas.kafka_clients import AclBinding, AdminClient, KafkaError, NewTopic
 from schemas.kafka_config import KafkaSettings
 from schemas.signing import verifier
 from surplus import acls, localkafka
@@ -70,7 +70,7 @@ class Secured:
 
     def operator_admin(self) -> AdminClient:
         """The PLAINTEXT super user: used only to create ACLs."""
-        return AdminClient({"bootstrap.servers": f"127.0.0.1:{self.port}"})
+        return kafka_clients.admin({"bootstrap.servers": f"127.0.0.1:{self.port}"})
 
     def super_user(self) -> KafkaSettings:
         """The operator's PLAINTEXT listener on loopback (reads anything, for checks)."""
@@ -105,7 +105,7 @@ def _grant_acls(admin: AdminClient, bindings: list[Any]) -> None:
 
 
 def _matrix_acls(principal: str) -> list[Any]:
-    from confluent_kafka.admin import (
+    from schemas.kafka_clients import (
         AclOperation,
         AclPermissionType,
         ResourcePatternType,
@@ -158,11 +158,11 @@ CASES = {
 
 
 def _round_trip_confluent(settings: KafkaSettings, topic: str) -> bytes:
-    producer = Producer(settings.producer(**{"linger.ms": 0}))
+    producer = kafka_clients.producer(settings, **{"linger.ms": 0})
     producer.produce(topic, key=b"k", value=b"via-librdkafka")
     assert producer.flush(20) == 0
-    consumer = Consumer(settings.confluent(**{"group.id": f"{MATRIX}{uuid.uuid4().hex[:6]}",
-                                              "auto.offset.reset": "earliest"}))
+    consumer = kafka_clients.consumer(settings, f"{MATRIX}{uuid.uuid4().hex[:6]}",
+                                      **{"auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     try:
         deadline = time.monotonic() + 30
@@ -288,7 +288,7 @@ def test_no_principal_but_the_control_plane_may_write_targets(secured: Secured,
     settings = {"worker": secured.mtls(), "scheduler": secured.plain("scheduler"),
                 "client": secured.scram("client", "SCRAM-SHA-256")}[who]
     errors: list[KafkaError | None] = []
-    producer = Producer(settings.producer(**{"linger.ms": 0, "message.timeout.ms": 10_000}))
+    producer = kafka_clients.producer(settings, **{"linger.ms": 0, "message.timeout.ms": 10_000})
     producer.produce(settings.topic("targets"), key=b"eu1", value=b"{}",
                      on_delivery=lambda err, _msg: errors.append(err))
     producer.flush(15)
