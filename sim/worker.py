@@ -312,6 +312,17 @@ class SimWorker:
     def record(self, latency_ms: float, baseline: bool, rows: int, optional_done: int) -> None:
         self._window.record(latency_ms, baseline, rows, optional_done)
 
+    def answered(self, req: Request) -> None:
+        """A request this replica answered, recorded as the live worker records its response:
+        the rows the client sent, and the optional units done."""
+        if req.powerful_done:
+            units = req.base + req.extra
+            self.record(req.opt_latency, False, units, units)
+        else:
+            done = req.opt_units if req.opt_done else 0
+            sent = req.base + (0 if req.fell_back else req.extra)
+            self.record(req.finished_ms - req.at_worker_ms, True, sent, done)
+
     def report(self, now: int) -> WindowReport:
         """Close the telemetry window (what the live worker publishes every interval)."""
         self.advance(now)
