@@ -3,8 +3,11 @@
 Time advances in steps of ``step_ms``; inside a step everything happens at its own
 millisecond (requests arrive, targets and notices are delivered, replica sets serve batches),
 so a 100 ms step does not blur a 5 ms reaction. At each step boundary the workers publish
-their telemetry (every ``report_interval_s``), the scheduler grants, renews and reclaims
-opportunistic capacity, and the control plane ticks (every ``period_s``).
+their telemetry (every ``report_interval_s``), the capacity schedule's grants, renewals and
+notices are published (``sim.schedule``, the one the live scheduler sends; a revoke at a
+notice's deadline within a step goes out at its own millisecond, and the run ends with the
+closing revokes), and the control plane ticks (every ``period_s``). The replicas a notice
+names leave at its deadline; the notice reaches them after a random delay (the plant).
 
 Everything the fleet publishes goes to the event log *and* to the control plane, in one order,
 with non-decreasing timestamps: the log is exactly what the control plane saw, so
@@ -12,8 +15,9 @@ with non-decreasing timestamps: the log is exactly what the control plane saw, s
 outcomes in one batch per step (stamped at the step's end; each outcome keeps its own time).
 
 Randomness comes from one seed split into independent streams (arrivals, request
-attributes, latency noise, outcome noise, message delays, reclaims), and arrivals are drawn
-before the run: every controller compared on a scenario gets exactly the same requests.
+attributes, latency noise, outcome noise, message delays; the capacity schedule's reclaims
+are child ``sim.schedule.CAPACITY_STREAM``), and arrivals are drawn before the run: every
+controller compared on a scenario gets exactly the same requests.
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ from typing import Any
 import numpy as np
 
 from schemas.contract import (
-    CapacityEvent,
     ControlTargets,
     Event,
     PreemptionNotice,
@@ -40,7 +43,8 @@ from sim.clients import NaiveClient, SimClient, SurplusClient
 from sim.controllers import ALIASES, ControlPlane, make_plane
 from sim.metrics import Metrics
 from sim.scenario import PoolConfig, RegionConfig, Scenario
-from sim.traces import arrival_counts, capacity_shape, lendable, outages
+from sim.schedule import CAPACITY_STREAM, Action, Outbox, build, replica_id
+from sim.traces import arrival_counts
 from sim.worker import BASE, OPT, WHOLE, NormalBlock, Request, SimWorker
 from streams.eventlog import EventLogWriter, make_event
 from streams.replay import Progress
@@ -48,17 +52,14 @@ from streams.replay import Progress
 
 @dataclass
 class OppPool:
-    """The scheduler's view of one opportunistic pool: what it lends and when it changes."""
+    """One opportunistic pool as the fleet has it: replicas lent, and the replica sets that
+    serve them (replicas 0.. ``lent`` - 1, oldest set first; a set is named by its first
+    replica's id)."""
 
     config: PoolConfig
     pool_id: str
-    lendable: np.ndarray
-    notices_at: dict[int, int]
-    """step -> notice (ms) for drops caused by an outage starting at that step."""
     lent: int = 0
     live: list[SimWorker] = field(default_factory=list)
-    next_renewal_ms: int = 0
-    sets: int = 0
 
 
 @dataclass
@@ -100,8 +101,8 @@ class Simulation:
         self.steps = scenario.duration_ms // scenario.step_ms
         self.t0 = scenario.start_ms
         seeds = np.random.SeedSequence(scenario.seed).spawn(8)
+        assert seeds[CAPACITY_STREAM].spawn_key == (1,)  # the schedule's; the others are ours
         self.rng_arrivals = np.random.default_rng(seeds[0])
-        self.rng_capacity = np.random.default_rng(seeds[1])
         self.rng_latency = np.random.default_rng(seeds[2])
         self.rng_outcomes = np.random.default_rng(seeds[3])
         self.rng_delays = np.random.default_rng(seeds[4])
@@ -118,6 +119,10 @@ class Simulation:
         self.targets_by_reason: dict[str, int] = {}
         self.effective: dict[str, ControlTargets] = {}
         self.regions: dict[str, RegionState] = {}
+        self.pools: dict[str, OppPool] = {}
+        self.actions: list[Action] = []
+        self._next_action = 0
+        self.outbox = Outbox()
         self.created: dict[str, list[SimWorker]] = {}
         self.log: EventLogWriter | None = None
         self.metrics: Metrics | None = None
@@ -126,6 +131,7 @@ class Simulation:
     # -- set-up ------------------------------------------------------------------------------
 
     def _build(self) -> None:
+        self.actions = build(self.sc, self.base_dir)
         for i, rc in enumerate(self.sc.regions):
             self.regions[rc.name] = self._region(rc, np.random.default_rng(self.request_seeds[i]))
 
@@ -152,18 +158,10 @@ class Simulation:
             if pool.tier == "baseline":
                 state.baseline_workers.append(self._worker(pool, rc.name, pool.replicas, 0))
             else:
-                state.opportunistic.append(self._opp_pool(pool, rc.name))
+                opp = self.pools[pool.pool_id(rc.name)] = OppPool(pool, pool.pool_id(rc.name))
+                state.opportunistic.append(opp)
         self._repick(state)
         return state
-
-    def _opp_pool(self, pool: PoolConfig, region: str) -> OppPool:
-        assert pool.capacity is not None
-        shape = capacity_shape(pool.capacity, self.steps, self.step_ms, self.base_dir,
-                               region=region, accelerator=pool.accelerator)
-        found = outages(pool.capacity, self.sc.storms, self.sc.duration_ms, region=region,
-                        model=pool.model, rng=self.rng_capacity)
-        notices = {o.start_ms // self.step_ms: o.notice_ms for o in found}
-        return OppPool(pool, pool.pool_id(region), lendable(shape, found, self.step_ms), notices)
 
     def _worker(self, pool: PoolConfig, region: str, replicas: int, index: int,
                 at_ms: int | None = None) -> SimWorker:
@@ -171,9 +169,8 @@ class Simulation:
         noise = self._noise.get(pool_id)
         if noise is None:
             noise = self._noise[pool_id] = NormalBlock(self.rng_latency, pool.latency_sigma)
-        wid = f"{region}-{pool.model}-{pool.accelerator}-{pool.tier}-{index}"
-        worker = SimWorker(pool, region, wid, replicas, admission=self.sc.worker.admission,
-                           limits=self.sc.worker.limits,
+        worker = SimWorker(pool, region, replica_id(region, pool, index), replicas,
+                           admission=self.sc.worker.admission, limits=self.sc.worker.limits,
                            start_ms=self.t0 if at_ms is None else at_ms, noise=noise,
                            on_done=self._done, on_shed=self._shed)
         self.created.setdefault(region, []).append(worker)
@@ -237,6 +234,8 @@ class Simulation:
                     meter.update(f"{k * self.step_ms / 1000:,.0f}/{self.sc.duration_s:,.0f} s "
                                  f"simulated")
             self._boundary(self.steps)
+            for action in self.outbox.closing(self.sc.duration_ms):
+                self._send(action, self.t0 + self.sc.duration_ms)
             for targets in self.plane.finish():
                 self._emit(targets)
         meter.done(f"{self.sc.duration_s:,.0f} s simulated, {self.events_published:,} events "
@@ -253,8 +252,7 @@ class Simulation:
                 for worker in state.workers():
                     self._publish(t, "telemetry", state.config.name, worker.report(t))
         if k < self.steps:
-            for state in self.regions.values():
-                self._scheduler(state, k, t)
+            self._capacity(k, t)
         for targets in self.plane.advance(t):
             self._emit(targets)
 
@@ -378,16 +376,15 @@ class Simulation:
         worker = req.worker
         assert worker is not None
         e2e = req.finished_ms - req.arrival_ms
+        worker.answered(req)
         if req.powerful_done:
             units = req.base + req.extra
-            worker.record(req.opt_latency, False, units, units)
             rma = rc.rma_value(req.extra)
             self.metrics.powerful_done(rc.name, e2e, units, seg.gain, rma)
             model = "powerful"
         else:
             latency = req.finished_ms - req.at_worker_ms
             done = req.opt_units if req.opt_done else 0
-            worker.record(latency, True, req.base + done, done)
             rma = rc.rma_value(done)
             self.metrics.ranking_done(rc.name, latency, e2e, rc.timeout_ms, done, rma)
             model = "baseline"
@@ -412,6 +409,9 @@ class Simulation:
                 self._deliver_targets(payload, now)
             elif kind == "notice":
                 self._deliver_notice(payload, now)
+            elif kind == "capacity":
+                if self._send(payload, now):
+                    self._repick(self.regions[payload.region])
             else:
                 region, worker = payload
                 self._evict(region, worker, now)
@@ -444,51 +444,56 @@ class Simulation:
             req.opt_pending = False
             self._to_ranking(state, req, now, float(state.rng.random()))
 
-    # -- the capacity scheduler -------------------------------------------------------------
+    # -- the capacity schedule --------------------------------------------------------------
 
-    def _scheduler(self, state: RegionState, k: int, t: int) -> None:
+    def _capacity(self, k: int, t: int) -> None:
+        """Send the schedule's actions due in step ``k``: those at its start now, the others
+        (revokes at a deadline) at their own millisecond."""
+        actions, changed = self.actions, set()
+        end = (k + 1) * self.step_ms
+        while self._next_action < len(actions) and actions[self._next_action].at_ms < end:
+            action = actions[self._next_action]
+            self._next_action += 1
+            if self.t0 + action.at_ms <= t:
+                if self._send(action, t):
+                    changed.add(action.region)
+            else:
+                self._schedule(self.t0 + action.at_ms, "capacity", action)
+        for name, state in self.regions.items():
+            if name in changed:
+                self._repick(state)
+
+    def _send(self, action: Action, t: int) -> bool:
+        """Publish ``action`` at ``t`` and apply it to the fleet; True if replica sets changed."""
+        pool = self.pools[action.pool_id]
+        state = self.regions[action.region]
+        message = self.outbox.stamp(action, t)
         changed = False
-        for pool in state.opportunistic:
-            want = int(pool.lendable[k])
-            if want > pool.lent:
-                self._lend(state, pool, want - pool.lent, t)
-                changed = True
-            elif want < pool.lent:
-                notice_ms = pool.notices_at.get(k)
-                if notice_ms is None:
-                    assert pool.config.capacity is not None
-                    notice_ms = round(pool.config.capacity.notice_s * 1000)
-                self._reclaim(state, pool, pool.lent - want, t, notice_ms)
-                changed = True
-            elif pool.lent and t >= pool.next_renewal_ms:
-                self._grant(state, pool, t)
-        if changed:
-            self._repick(state)
-
-    def _grant(self, state: RegionState, pool: OppPool, t: int) -> None:
-        cfg = pool.config
-        self._publish(t, "capacity", state.config.name, CapacityEvent(
-            event_id=f"{pool.pool_id}@{t}", ts_ms=t, region=state.config.name,
-            pool_id=pool.pool_id, kind="grant", accelerator=cfg.accelerator,
-            accelerator_units=float(pool.lent), cpu_units=pool.lent * cfg.cpu_per_replica,
-            expires_at_ms=t + round(cfg.grant_ttl_s * 1000)))
-        pool.next_renewal_ms = t + round(cfg.grant_every_s * 1000)
+        if action.kind == "grant" and action.replicas > pool.lent:
+            self._lend(state, pool, action.replicas - pool.lent, t)
+            changed = True
+        elif action.kind == "notice":
+            assert isinstance(message, PreemptionNotice)
+            self._reclaim(state, pool, action.replicas, message)
+            changed = True
+        assert action.kind != "grant" or action.replicas == pool.lent, "shrunk without notice"
+        self._publish(t, action.topic, action.region, message)
+        return changed
 
     def _lend(self, state: RegionState, pool: OppPool, replicas: int, t: int) -> None:
-        worker = self._worker(pool.config, state.config.name, replicas, pool.sets, t)
+        """A new replica set of the next ``replicas`` replicas, with the targets in force."""
+        worker = self._worker(pool.config, state.config.name, replicas, pool.lent, t)
         current = self.effective.get(state.config.name)
         if current is not None:
             worker.offer_targets(current, t)
-        pool.sets += 1
         pool.live.append(worker)
         pool.lent += replicas
-        self._grant(state, pool, t)
 
-    def _reclaim(self, state: RegionState, pool: OppPool, replicas: int, t: int,
-                 notice_ms: int) -> None:
-        """Notice for ``replicas`` replicas, newest replica sets first (split if needed)."""
-        cfg = pool.config
-        whole = replicas >= pool.lent
+    def _reclaim(self, state: RegionState, pool: OppPool, replicas: int,
+                 notice: PreemptionNotice) -> None:
+        """The newest ``replicas`` replicas drain until the notice's deadline, newest replica
+        sets first (the last one split if needed); the notice reaches them after a delay."""
+        t = notice.ts_ms
         taken: list[SimWorker] = []
         left = replicas
         while left > 0 and pool.live:
@@ -499,29 +504,19 @@ class Simulation:
                 left -= newest.replicas
             else:
                 newest.replicas -= left
-                part = self._worker(cfg, state.config.name, left, pool.sets, t)
-                pool.sets += 1
-                taken.append(part)
+                taken.append(self._worker(pool.config, state.config.name, left,
+                                          pool.lent - replicas, t))
                 left = 0
         pool.lent -= replicas
-        deadline = t + notice_ms
-        notice = PreemptionNotice(
-            notice_id=f"{pool.pool_id}!{t}", ts_ms=t, region=state.config.name,
-            pool_id=pool.pool_id, replicas=[] if whole else [w.worker_id for w in taken],
-            deadline_ms=deadline, accelerator=cfg.accelerator,
-            accelerator_units=float(replicas), cpu_units=replicas * cfg.cpu_per_replica)
         for worker in taken:
-            worker.draining_deadline_ms = deadline
+            worker.draining_deadline_ms = notice.deadline_ms
             state.draining.append(worker)
-            self._schedule(deadline, "evict", (state.config.name, worker))
+            self._schedule(notice.deadline_ms, "evict", (state.config.name, worker))
         assert self.metrics is not None
         self.metrics.notice_issued(t)
         delay = float(self.rng_delays.uniform(self.sc.delays.notice_min_ms,
                                               self.sc.delays.notice_max_ms))
         self._schedule(t + delay, "notice", notice)
-        self._publish(t, "preemption", state.config.name, notice)
-        if pool.lent:
-            pool.next_renewal_ms = t  # renew the grant at its new size at the next boundary
 
     # -- accounting ------------------------------------------------------------------------
 

@@ -137,6 +137,9 @@ class PoolConfig(_Config, frozen=True, kw_only=True):
             raise ValueError(f"latency_curve utilisations must increase, got {xs}")
         if self.tier == "opportunistic" and self.capacity is None:
             raise ValueError("an opportunistic pool needs a [capacity] table")
+        if self.tier == "baseline" and self.capacity is not None:
+            raise ValueError("a baseline-tier pool is provisioned ('replicas'), never lent: "
+                             "no [capacity] table")
         if self.tier == "baseline" and self.model == "powerful":
             raise ValueError("the powerful model is served only by opportunistic replicas")
 

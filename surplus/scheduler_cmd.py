@@ -32,8 +32,9 @@ def scheduler(
     in real time until the timeline ends or SIGTERM / Ctrl-C, then revokes what is still lent.
     """
     from schemas.clock import wall_ms
+    from sim import schedule
     from sim.scenario import ScenarioError
-    from surplus.demo import plan, schedule
+    from surplus.demo import plan
     from surplus.demo.scheduler import Scheduler
 
     try:

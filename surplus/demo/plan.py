@@ -5,6 +5,11 @@ the control laws, the region's traffic and segments, the pools and their capacit
 the storms. A live run starts one worker process per replica the scenario can ever lend, and
 stretches the scenario's timeline (capacity steps, storms) to the run's duration, so a 90 s
 run and a 180 s run show the same story at different speeds.
+
+An opportunistic replica's process exists only while it is lent (``replica_changes``), as on a
+real fleet where the owner takes the machine back at the notice's deadline and a new replica
+starts when capacity is lent again; when that happens comes from the capacity schedule
+(``sim.schedule``), the one the simulator follows.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from sim.scenario import (
     find_scenario,
     load_scenario,
 )
+from sim.schedule import Action, replica_id
 
 DEFAULT_SCENARIO = "demo"
 
@@ -50,12 +56,6 @@ class Phase:
     name: str
     start_s: float
     end_s: float
-
-
-def replica_id(region: str, pool: PoolConfig, index: int) -> str:
-    """Worker id of the ``index``-th replica of a pool; the scheduler names replicas this way
-    in partial preemption notices, so the worker it means recognises itself."""
-    return f"{region}-{pool.model}-{pool.accelerator}-{pool.tier}-{index}"
 
 
 def scenario_path(name_or_path: str) -> Path:
@@ -120,6 +120,60 @@ def replicas(region: RegionConfig) -> list[Replica]:
                            accelerator=pool.accelerator, pool_id=pool.pool_id(region.name))
                    for i in range(count))
     return out
+
+
+@dataclass(frozen=True)
+class ReplicaChange:
+    """An opportunistic replica starts (``up``) or is taken back, ``at_ms`` into the run."""
+
+    at_ms: int
+    worker_id: str
+    up: bool
+
+
+def replica_changes(actions: list[Action], replicas_: list[Replica]) -> list[ReplicaChange]:
+    """When each opportunistic replica of a pool with a capacity shape exists.
+
+    A grant for ``n`` replicas starts replicas 0..n-1 that are not running; a notice takes back
+    the replicas it names (all running ones when it names none) at its deadline, and a revoke
+    any left at once. A replica lent again before its deadline restarts at the deadline.
+    """
+    by_pool: dict[str, list[str]] = {}
+    for r in replicas_:
+        if r.tier == "opportunistic":
+            by_pool.setdefault(r.pool_id, []).append(r.worker_id)
+    running: dict[str, bool] = {}
+    gone_at: dict[str, int] = {}
+    out: list[ReplicaChange] = []
+
+    def down(worker_id: str, at_ms: int) -> None:
+        if running.get(worker_id):
+            running[worker_id] = False
+            gone_at[worker_id] = at_ms
+            out.append(ReplicaChange(at_ms, worker_id, up=False))
+
+    for a in actions:
+        ids = by_pool.get(a.pool_id)
+        if ids is None:
+            continue
+        if a.kind == "notice":
+            for worker_id in (a.named or ids):
+                down(worker_id, a.at_ms + a.notice_ms)
+        elif a.kind == "revoke":
+            for worker_id in ids:
+                down(worker_id, a.at_ms)
+        else:
+            for worker_id in ids[:a.replicas]:
+                if not running.get(worker_id):
+                    running[worker_id] = True
+                    out.append(ReplicaChange(max(a.at_ms, gone_at.get(worker_id, 0)),
+                                             worker_id, up=True))
+    return sorted(out, key=lambda c: c.at_ms)
+
+
+def managed_replicas(changes: list[ReplicaChange]) -> set[str]:
+    """Replicas whose processes follow the schedule (the others run for the whole run)."""
+    return {c.worker_id for c in changes}
 
 
 def phases(scenario: Scenario, first_grant_s: float | None) -> list[Phase]:
@@ -196,6 +250,6 @@ def region_of(scenario: Scenario, name: str | None) -> RegionConfig:
                         f"(regions: {', '.join(r.name for r in scenario.regions)})")
 
 
-__all__ = ["DEFAULT_SCENARIO", "Phase", "Replica", "StormConfig", "control_toml", "load",
-           "max_replicas", "phase_at", "phases", "region_of", "replica_id", "replicas",
-           "storm_windows", "stretch"]
+__all__ = ["DEFAULT_SCENARIO", "Phase", "Replica", "ReplicaChange", "StormConfig",
+           "control_toml", "load", "managed_replicas", "max_replicas", "phase_at", "phases",
+           "region_of", "replica_changes", "replicas", "storm_windows", "stretch"]

@@ -8,7 +8,7 @@ Order of a run (each step waits for the one before, and every wait gives up on C
    session, then readiness (``/readyz``; a worker warms its model up before it is ready).
 4. The capacity scheduler and the load generator on one shared timeline; opportunistic
    replicas start when their capacity is lent and are stopped at the deadline of the notice
-   that takes it back (``schedule.replica_changes``), so clients really lose them.
+   that takes it back (``plan.replica_changes``), so clients really lose them.
 5. Live progress until the duration is over.
 6. Shutdown in dependency order — load first, then the scheduler (which revokes what it lent),
    workers (after their preemption histograms are scraped; a reclaimed replica's are scraped
@@ -40,9 +40,10 @@ from typing import Any
 from schemas.clock import wall_ms
 from schemas.kafka_config import KafkaSettings
 from schemas.topics import SCOPE_PARTITIONS
+from sim import schedule
 from sim.scenario import Scenario, ScenarioError
 from surplus import localkafka
-from surplus.demo import plan, report, schedule
+from surplus.demo import plan, report
 from surplus.demo.analysis import RunInfo
 from surplus.demo.monitor import Monitor, last_line
 from surplus.demo.procs import Child, wait_until
@@ -100,7 +101,7 @@ class Demo:
         self.error: str | None = None
         self.prometheus_port = 0
         #: Replica changes still to come, and those done: (seconds into the run, worker, what).
-        self.pending: list[schedule.ReplicaChange] = []
+        self.pending: list[plan.ReplicaChange] = []
         self.replica_log: list[tuple[float, str, str]] = []
         #: Workers expected not to run now (not lent yet, or taken back).
         self.offline: set[str] = set()
@@ -154,7 +155,7 @@ class Demo:
         self.actions = schedule.build(self.scenario, self.base_dir)
         self.phases = plan.phases(self.scenario, schedule.first_grant_s(self.actions))
         self.replicas = plan.replicas(self.region)
-        self.changes = schedule.replica_changes(self.actions, self.replicas)
+        self.changes = plan.replica_changes(self.actions, self.replicas)
         self.out.mkdir(parents=True, exist_ok=True)
         for name in ("summary.json", "report.html", "run.json", report.EVENT_LOG,
                      "worker_metrics.json", "latency.png", "targets.png", "capacity.png",
@@ -246,7 +247,7 @@ class Demo:
         """Every worker gets its process description now; the provisioned ones start now, the
         opportunistic ones whose capacity follows a schedule when it lends them."""
         config = self._worker_config()
-        managed = schedule.managed_replicas(self.changes)
+        managed = plan.managed_replicas(self.changes)
         for r in self.replicas:
             self.children[r.worker_id] = Child(r.worker_id, [
                 "worker", "--config", str(config), "--worker-id", r.worker_id,

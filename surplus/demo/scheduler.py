@@ -1,5 +1,6 @@
 """The live capacity scheduler: sends a schedule's grants, renewals, revokes and preemption
-notices to Kafka at their time, stamped when they really leave.
+notices (``sim.schedule``, the one the simulator publishes) to Kafka at their time, stamped
+when they really leave.
 
 It stands in for the cluster scheduler that lends idle capacity to Surplus. Each message is
 flushed as it is sent (a few a second at most), so a notice's ``ts_ms`` is within a
@@ -19,7 +20,7 @@ from schemas import kafka_clients
 from schemas.clock import wall_ms
 from schemas.codec import encode
 from schemas.kafka_config import KafkaSettings
-from surplus.demo.schedule import Action, closing_actions
+from sim.schedule import Action, Outbox
 
 
 @dataclass
@@ -41,10 +42,8 @@ class SchedulerMetrics:
 
     def sent(self, action: Action) -> None:
         self.messages.labels(action.kind).inc()
-        if action.kind == "grant":
-            self.lent.labels(action.pool_id).set(action.replicas)
-        elif action.kind == "revoke" or (action.kind == "notice" and not action.named):
-            self.lent.labels(action.pool_id).set(0)
+        if action.lent_after is not None:
+            self.lent.labels(action.pool_id).set(action.lent_after)
 
 
 class Scheduler:
@@ -63,31 +62,34 @@ class Scheduler:
             start_http_server(metrics_port, addr=metrics_host, registry=self.metrics.registry)
         self._producer = kafka_clients.producer(kafka, **{"client.id": "surplus-scheduler",
                                                           "linger.ms": 0})
-        self._seq = 0
+        self._outbox = Outbox()
 
     def run(self, stop: threading.Event, end_ms: int | None = None) -> SchedulerStats:
-        """Send each action at its time; at the end (or on stop) revoke what is still lent."""
-        sent_until = 0
+        """Send each action at its time until ``end_ms``; then (or on stop) revoke what is
+        still lent."""
+        stopped = False
         for action in self.actions:
             if end_ms is not None and action.at_ms >= end_ms:
                 break
-            wait_s = (self.start_ms + action.at_ms - wall_ms()) / 1000.0
-            if wait_s > 0 and stop.wait(wait_s):
+            stopped = self._wait_until(action.at_ms, stop)
+            if stopped:
                 break
             self._send(action)
-            sent_until = action.at_ms
-        else:
-            if end_ms is not None:
-                stop.wait(max(0.0, (self.start_ms + end_ms - wall_ms()) / 1000.0))
-        for action in closing_actions(self.actions, sent_until):
+        if end_ms is not None and not stopped:
+            self._wait_until(end_ms, stop)
+        for action in self._outbox.closing(wall_ms() - self.start_ms):
             self._send(action)
         self.stats.failed += self._producer.flush(10)
         return self.stats
 
+    def _wait_until(self, at_ms: int, stop: threading.Event) -> bool:
+        """Wait until ``at_ms`` into the run; True if ``stop`` was set meanwhile."""
+        wait_s = (self.start_ms + at_ms - wall_ms()) / 1000.0
+        return wait_s > 0 and stop.wait(wait_s)
+
     def _send(self, action: Action) -> None:
-        self._seq += 1
         now = wall_ms()
-        event = action.event(now, self._seq)
+        event = self._outbox.stamp(action, now)
         self._producer.produce(self.kafka.topic(action.topic), key=action.region,
                                value=encode(event), on_delivery=self._delivered)
         self._producer.flush(5.0)

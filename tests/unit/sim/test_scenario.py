@@ -7,18 +7,7 @@ from pathlib import Path
 import pytest
 
 from sim.scenario import SCENARIO_DIR, ScenarioError, find_scenario, load_scenario
-
-MINIMAL = """
-name = "tiny"
-duration_s = 10.0
-[[regions]]
-name = "eu1"
-[[regions.segments]]
-name = "all"
-share = 1.0
-[[regions.pools]]
-replicas = 1
-"""
+from tests.unit.sim.helpers import MINIMAL
 
 
 def test_minimal_scenario_loads_with_defaults(tmp_path: Path) -> None:
@@ -45,6 +34,13 @@ def test_opportunistic_pool_without_capacity_is_refused(tmp_path: Path) -> None:
     (tmp_path / "s.toml").write_text(MINIMAL + '[[regions.pools]]\ntier = "opportunistic"\n'
                                               'accelerator = "a100"\n')
     with pytest.raises(ScenarioError, match="capacity"):
+        load_scenario(tmp_path / "s.toml")
+
+
+def test_a_baseline_pool_with_a_capacity_shape_is_refused(tmp_path: Path) -> None:
+    # provisioned replicas are never lent: the schedule lends the opportunistic tier only
+    (tmp_path / "s.toml").write_text(MINIMAL + '[regions.pools.capacity]\nreplicas = 2\n')
+    with pytest.raises(ScenarioError, match="never lent"):
         load_scenario(tmp_path / "s.toml")
 
 
