@@ -29,8 +29,9 @@ test: setup
 test-faults: setup
 	$(BIN)/pytest -q -m faults
 
-test-fast: setup
-	$(BIN)/pytest -q -m "not kafka"
+# No broker, no Kafka jars, no full-length goldens: the loop to run while editing (~1 min).
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -m "not kafka and not slow and not faults" --durations=5
 
 lint: setup
 	$(BIN)/ruff check .

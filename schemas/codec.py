@@ -10,12 +10,12 @@ from typing import Annotated, Any, Generic, TypeVar
 
 import msgspec
 
-from schemas.contract import EVENT_TYPES, SCHEMA_VERSION, Event, WindowReport
+from schemas.contract import EVENT_TYPES, READABLE_VERSIONS, Event, WindowReport
 
 E = TypeVar("E", bound=Event)
 
 DEFAULT_MAX_BYTES = 1 << 20
-SUPPORTED_VERSIONS = frozenset({SCHEMA_VERSION})
+SUPPORTED_VERSIONS = READABLE_VERSIONS
 
 
 class ContractError(ValueError):

@@ -12,7 +12,10 @@ from typing import Annotated, Literal, get_args
 import msgspec
 from msgspec import Meta, Struct
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Versions a reader accepts. v2 added measured work to WindowReport and ``limited_by`` to the
+#: targets; every v1 message is a valid v2 one, so readers upgrade first, then writers.
+READABLE_VERSIONS = frozenset({1, 2})
 
 NonNegInt = Annotated[int, Meta(ge=0)]
 NonNegFloat = Annotated[float, Meta(ge=0.0)]
@@ -82,6 +85,12 @@ class WindowReport(Event, frozen=True, kw_only=True):
     queue_delay_ms: NonNegFloat = 0.0
     utilisation: Annotated[float, Meta(ge=0.0, le=10.0)] = 0.0
     capacity_rps: NonNegFloat = 0.0
+    busy_s: Annotated[float, Meta(ge=0.0, le=86_400.0)] = 0.0
+    """Seconds the replica's model was busy (forward passes) in the window: the measured cost."""
+    units_done: NonNegInt = 0
+    """Units (candidates) scored in the window, baseline and optional: what ``busy_s`` paid for."""
+    optional_requests_done: NonNegInt = 0
+    """Requests with optional work done (RMA extras, or whole SBM requests on ``powerful``)."""
 
 
 class CapacityEvent(Event, frozen=True, kw_only=True):
@@ -118,11 +127,21 @@ class PreemptionNotice(Event, frozen=True, kw_only=True):
     cpu_units: NonNegFloat = 0.0
 
 
-class RmaTarget(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+#: What keeps a lever from doing more optional work (v2): the latency SLA, the extra-work
+#: budget, the lent capacity, a configured maximum, too little traffic, a preemption, too few
+#: samples to act on (hold), or an operator's cap.
+LimitReason = Literal["sla", "budget", "capacity", "max", "demand", "preemption", "hold",
+                      "operator"]
+LIMIT_REASONS: tuple[LimitReason, ...] = get_args(LimitReason)
+
+
+class RmaTarget(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True,
+                omit_defaults=True):
     """Rank-more-candidates: extra candidates per request, and the fleet's extra-work budget."""
 
     extra_candidates: Annotated[int, Meta(ge=0, le=10_000)]
     budget_units_per_s: NonNegFloat
+    limited_by: LimitReason | None = None
 
 
 class SegmentPriority(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -133,11 +152,13 @@ class SegmentPriority(Struct, frozen=True, forbid_unknown_fields=True, kw_only=T
     observations: NonNegInt = 0
 
 
-class SbmTarget(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class SbmTarget(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True,
+               omit_defaults=True):
     """Serve-a-better-model: share of requests for the powerful model, and segment priorities."""
 
     coverage: Fraction
     segments: Annotated[dict[Name, SegmentPriority], Meta(max_length=10_000)] = {}
+    limited_by: LimitReason | None = None
 
 
 class ControlTargets(Event, frozen=True, kw_only=True):
@@ -186,8 +207,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 )
 
 __all__ = [
-    "EVENT_TYPES", "SCHEMA_VERSION", "SHED_REASONS", "CapacityEvent", "ControlTargets",
-    "DeadLetter", "Event", "LatencySketch", "ModelKind", "PreemptionNotice", "RmaTarget",
-    "RoutingOutcome", "SbmTarget",
-    "SegmentPriority", "ShedReason", "Tier", "WindowReport", "msgspec",
+    "EVENT_TYPES", "LIMIT_REASONS", "READABLE_VERSIONS", "SCHEMA_VERSION", "SHED_REASONS",
+    "CapacityEvent", "ControlTargets", "DeadLetter", "Event", "LatencySketch", "LimitReason",
+    "ModelKind", "PreemptionNotice", "RmaTarget", "RoutingOutcome", "SbmTarget", "SegmentPriority",
+    "ShedReason", "Tier", "WindowReport", "msgspec",
 ]

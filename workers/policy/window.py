@@ -5,6 +5,9 @@ Request handlers record each request's latency and work; the telemetry publisher
 window once per interval. Shed counts, queue state and busy time are cumulative totals kept by
 the batcher and admission; a window reports their growth since the previous window.
 
+`busy_s` and `units_done` are what the replica's work cost and bought in the window: the control
+plane learns the cost of one unit from them (``streams.control.cost``).
+
 `capacity_rps` is the worker's own estimate of how many requests per second it could serve if
 it were busy all the time: rows scored per busy second (measured, so it reflects the real
 model and batch sizes) divided by the rows an average request brought in the window.
@@ -68,6 +71,7 @@ class ReportWindow:
         self._optional_done = 0
         self._rows = 0
         self._served = 0
+        self._optional_requests = 0
         self._baseline_rejected = 0
 
     def record(self, latency_ms: float, baseline: bool, rows: int,
@@ -77,6 +81,7 @@ class ReportWindow:
         self._requests += 1
         self._baseline_requests += int(baseline)
         self._optional_done += optional_units_done
+        self._optional_requests += optional_units_done > 0
         self._rows += rows
         self._served += 1
 
@@ -91,7 +96,7 @@ class ReportWindow:
         start, last = self._start_ms, self._last
         sketch, requests, baseline = self._sketch, self._requests, self._baseline_requests
         optional_done, rows, served = self._optional_done, self._rows, self._served
-        rejected = self._baseline_rejected
+        rejected, optional_requests = self._baseline_rejected, self._optional_requests
         self._reset()
         self._start_ms, self._last = now_ms, totals
         span_s = max(now_ms - start, 1) / 1000.0
@@ -112,7 +117,9 @@ class ReportWindow:
             latency_ms=to_wire(sketch), queue_depth=totals.queue_items,
             queue_delay_ms=max(0.0, totals.queue_delay_ms),
             utilisation=min(10.0, max(0.0, busy / span_s)),
-            capacity_rps=self._capacity_rps(done, busy, totals.ms_per_unit))
+            capacity_rps=self._capacity_rps(done, busy, totals.ms_per_unit),
+            busy_s=min(86_400.0, max(0.0, busy)), units_done=max(0, done),
+            optional_requests_done=optional_requests)
 
     def _capacity_rps(self, rows_done: int, busy_s: float, ms_per_unit: float) -> float:
         """Rows per busy second, as requests per second of this window's request size."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
 from schemas.codec import (
@@ -62,8 +63,8 @@ def test_unknown_field_is_rejected_by_name() -> None:
 
 
 def test_unknown_schema_version_is_named_even_when_fields_changed() -> None:
-    with pytest.raises(ContractError, match="unknown schema version 2"):
-        decode(WindowReport, _report_json(v=2))
+    with pytest.raises(ContractError, match="unknown schema version 3"):
+        decode(WindowReport, _report_json(v=3))
     with pytest.raises(ContractError, match="unknown schema version 9"):
         decode(WindowReport, b'{"v": 9, "something": "else"}')
 
@@ -107,8 +108,24 @@ def test_telemetry_value_is_one_report_or_a_batch_checked_as_strictly() -> None:
     assert decode_telemetry(encode_telemetry([report, report])) == [report, report]
     with pytest.raises(ContractError, match=r"at `\$\[1\]`"):
         decode_telemetry(b"[" + encode(report) + b", 7]")
-    bad_version = encode_telemetry([report]).replace(b'"v":1', b'"v":3')
+    bad_version = encode_telemetry([report]).replace(b'"v":2', b'"v":3')
     with pytest.raises(ContractError, match="unknown schema version 3"):
         decode_telemetry(bad_version)
     with pytest.raises(ContractError, match="malformed JSON"):
         decode_telemetry(b"[" + encode(report))
+
+
+def test_a_v1_message_still_decodes_and_new_fields_take_their_defaults() -> None:
+    payload = json.loads(_report_json(v=1))
+    for field in ("busy_s", "units_done", "optional_requests_done"):
+        payload.pop(field, None)
+    report = decode(WindowReport, json.dumps(payload))
+    assert (report.v, report.busy_s, report.units_done) == (1, 0.0, 0)
+
+
+def test_targets_without_limits_encode_as_v1_readers_expect() -> None:
+    from schemas.contract import RmaTarget, SbmTarget
+
+    assert b"limited_by" not in msgspec.json.encode(RmaTarget(extra_candidates=1,
+                                                              budget_units_per_s=2.0))
+    assert b"limited_by" in msgspec.json.encode(SbmTarget(coverage=0.1, limited_by="sla"))
