@@ -327,7 +327,7 @@ class SimWorker:
         """Close the telemetry window (what the live worker publishes every interval)."""
         self.advance(now)
         totals = LoadTotals.of(self.admission.state(now), self.served_units,
-                               self.busy_ms / 1000.0)
+                               self.busy_ms / 1000.0, self.replicas)
         return self._window.close(now, totals)
 
 

@@ -52,7 +52,9 @@ class RmaConfig(_Config, frozen=True, kw_only=True):
     integral_min: float | None = None
     integral_max: float | None = None
     candidates_per_cpu_unit_s: Positive = 2000.0
+    """CPU side of an extra candidate (retrieval, features): not measured, a cap."""
     candidates_per_accel_unit_s: Positive = 5000.0
+    """Prior of the units/s one accelerator unit scores; the measured cost replaces it."""
     overload_cut: Annotated[float, Meta(ge=0.0, lt=1.0)] = 0.5
     """When p99 exceeds the SLA itself, extra work is cut to this share of its last value."""
     min_request_rate: Positive = 1.0
@@ -77,6 +79,8 @@ class SbmConfig(_Config, frozen=True, kw_only=True):
     headroom: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.8
     """Share of serviceable powerful-model throughput that coverage may plan to use."""
     powerful_rps_per_accel_unit: Positive = 20.0
+    """Prior of the requests/s one accelerator unit serves on the powerful model; the measured
+    cost replaces it."""
     trim_factor: Annotated[float, Meta(ge=0.0, lt=1.0)] = 0.7
     """Coverage is multiplied by this each period the powerful pools' p99 exceeds its SLA."""
     max_increase_per_period: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.05
@@ -117,6 +121,19 @@ class AllocatorConfig(_Config, frozen=True, kw_only=True):
                                  f"to the next (diminishing returns), got {values}")
 
 
+class CostConfig(_Config, frozen=True, kw_only=True):
+    """How the cost of a unit of work is learned from the replicas' reports (``cost``)."""
+
+    target_utilisation: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.7
+    """Share of the lent capacity's time the levers' budgets plan to fill."""
+    prior_weight_s: Positive = 2.0
+    """Busy replica-seconds of pseudo-evidence behind the configured rates (the prior)."""
+    half_life_s: Positive = 60.0
+    """Evidence this old weighs half as much as new: the cost follows model or load changes."""
+    cap_ratio: Annotated[float, Meta(ge=1.0)] = 20.0
+    """The measured cost stays within this factor of the prior either way."""
+
+
 class ControlConfig(_Config, frozen=True, kw_only=True):
     """Everything the control core needs; the Faust app adds only Kafka settings."""
 
@@ -135,6 +152,7 @@ class ControlConfig(_Config, frozen=True, kw_only=True):
     rma: RmaConfig = msgspec.field(default_factory=RmaConfig)
     sbm: SbmConfig = msgspec.field(default_factory=SbmConfig)
     allocator: AllocatorConfig = msgspec.field(default_factory=AllocatorConfig)
+    cost: CostConfig = msgspec.field(default_factory=CostConfig)
 
     @property
     def ttl_ms(self) -> int:

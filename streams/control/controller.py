@@ -43,6 +43,7 @@ from schemas.contract import (
 )
 from streams.control.allocator import Allocation, allocate
 from streams.control.config import ControlConfig
+from streams.control.cost import CostModel, PoolCost
 from streams.control.inventory import CapacityVector, InventoryState, PoolInventory
 from streams.control.rma import RmaPolicy, RmaState, ranking_request_rate, rma_budget
 from streams.control.sbm import (
@@ -87,6 +88,7 @@ class ControllerState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     inventory: InventoryState = msgspec.field(default_factory=InventoryState)
     segments: SegmentState = msgspec.field(default_factory=SegmentState)
     observed: Observed = msgspec.field(default_factory=Observed)
+    cost: dict[str, PoolCost] = {}
 
 
 _state_encoder = msgspec.json.Encoder()
@@ -135,6 +137,7 @@ class ScopeController:
         self._rma = RmaPolicy(config.rma, state.rma)
         self._sbm = SbmPolicy(config.sbm, state.sbm)
         self._segments = SegmentEstimator(config.sbm, state.segments)
+        self._cost = CostModel(config.cost, state.cost)
         self._restart_ceiling: tuple[float, float, float] | None = None
         if restored:
             last = state.last_targets
@@ -182,9 +185,10 @@ class ScopeController:
             self._observed = observed
         allocation = self._allocate(now_ms)
         cfg = self.config
-        rma = self._rma.clamp(rma_budget(allocation, cfg.rma), observed.ranking_rps)
+        rma_rate, sbm_rate = self._rates()
+        rma = self._rma.clamp(rma_budget(allocation, cfg.rma, rma_rate), observed.ranking_rps)
         measured = sum(observed.powerful_capacity[k] for k in sorted(observed.powerful_capacity))
-        serviceable = planned_rps(measured, allocation.sbm_accel_units, cfg.sbm)
+        serviceable = planned_rps(measured, allocation.sbm_accel_units, sbm_rate)
         coverage = self._sbm.clamp(serviceable, observed.total_rps)
         last = self._last_targets
         if last is None:  # nothing issued yet: the fast path never raises optional work
@@ -197,7 +201,9 @@ class ScopeController:
                                                    last.rma.budget_units_per_s))
             coverage = min(coverage, last.sbm.coverage)
             segments = last.sbm.segments
-        return self._emit(now_ms, rma, sbm_target(coverage, segments), "preemption")
+        rma = msgspec.structs.replace(rma, limited_by="preemption")
+        return self._emit(now_ms, rma, sbm_target(coverage, segments, "preemption"),
+                          "preemption")
 
     # -- the control period ----------------------------------------------------------------
 
@@ -210,14 +216,20 @@ class ScopeController:
         self._last_tick_ms = now_ms
         self._inventory.expire(now_ms)
         self._observed = self._observe(stats)
+        self._cost.observe(stats, dt_s)
         allocation = self._allocate(now_ms)
         ceiling = self._restart_ceiling
         self._restart_ceiling = None
-        budget = rma_budget(allocation, cfg.rma)
+        rma_rate, sbm_rate = self._rates()
+        budget = rma_budget(allocation, cfg.rma, rma_rate)
         if ceiling is not None:
             budget = min(budget, ceiling[2])
         rma = self._rma.step(stats, budget, dt_s, ceiling=None if ceiling is None else ceiling[0])
-        self._sbm.step(stats, allocation.sbm_accel_units, self._observed.total_rps,
+        if allocation.rma_accel_units <= 0 and rma.extra_candidates == 0:
+            rma = msgspec.structs.replace(rma, limited_by="capacity")
+        elif self._observed.ranking_rps <= 0 and rma.limited_by == "hold":
+            rma = msgspec.structs.replace(rma, limited_by="demand")
+        self._sbm.step(stats, allocation.sbm_accel_units, self._observed.total_rps, sbm_rate,
                        ceiling=None if ceiling is None else ceiling[1])
         sbm = self._sbm.target(self._segments)
         return self._emit(now_ms, rma, sbm, "period" if ceiling is None else "restart")
@@ -237,6 +249,16 @@ class ScopeController:
         capacity = {w.pool_id: w.capacity_rps for w in powerful
                     if w.tier == "opportunistic" and w.capacity_rps > 0}
         return Observed(ranking_rps=ranking, total_rps=total, powerful_capacity=capacity)
+
+    def _rates(self) -> tuple[float, float]:
+        """What one accelerator unit may plan to do, at the measured cost: extra candidates/s
+        (to the target utilisation) and powerful-model requests/s (SBM's headroom applies)."""
+        cost, cfg = self._cost, self.config
+        rma = cfg.cost.target_utilisation / cost.seconds_per_unit(
+            "baseline", cfg.rma.candidates_per_accel_unit_s)
+        sbm = 1.0 / cost.seconds_per_unit("powerful", cfg.sbm.powerful_rps_per_accel_unit,
+                                          per="requests")
+        return rma, sbm
 
     def _allocate(self, now_ms: int) -> Allocation:
         """Allocation of the scope's live capacity (re-solved only when capacity changed)."""
@@ -263,11 +285,11 @@ class ScopeController:
         per tick (a third of the offline replay's time) without changing the split materially.
         """
         rma, sbm, seen = self.config.rma, self.config.sbm, self._observed
+        rma_rate, sbm_rate = self._rates()
         per_unit = min(self.config.allocator.cpu_per_accel_for_rma * rma.candidates_per_cpu_unit_s,
-                       rma.candidates_per_accel_unit_s)
+                       rma_rate)
         rma_units = rma.max_extra_candidates * seen.ranking_rps / per_unit
-        sbm_units = (sbm.max_coverage * seen.total_rps
-                     / (sbm.headroom * sbm.powerful_rps_per_accel_unit))
+        sbm_units = sbm.max_coverage * seen.total_rps / (sbm.headroom * sbm_rate)
         return _grid_up(rma_units), _grid_up(sbm_units)
 
     def _emit(self, now_ms: int, rma: RmaTarget, sbm: SbmTarget, reason: Reason) -> ControlTargets:
@@ -285,7 +307,7 @@ class ScopeController:
                                last_tick_ms=self._last_tick_ms, last_targets=self._last_targets,
                                rma=self._rma.state, sbm=self._sbm.state,
                                inventory=self._inventory.state, segments=self._segments.state,
-                               observed=self._observed)
+                               observed=self._observed, cost=self._cost.state)
 
     @property
     def epoch(self) -> int:
@@ -309,6 +331,10 @@ class ScopeController:
     def allocation(self) -> Allocation:
         """The allocation behind the last emitted targets (for telemetry)."""
         return self._allocation
+
+    @property
+    def cost(self) -> CostModel:
+        return self._cost
 
     @property
     def rma_policy(self) -> RmaPolicy:

@@ -7,7 +7,8 @@ enough samples: one hot pool is enough to breach the SLA for its users.
 
 Isolation is logical (extra candidates run on the same replicas as baseline work), so a budget
 caps the extra work: ``extra_candidates * request_rate <= budget_units_per_s``, where the budget
-comes from the capacity the allocator gave RMA. The cap is a hard ceiling on the PID, not a
+comes from the capacity the allocator gave RMA at the measured cost of a candidate
+(``streams.control.cost``). The cap is a hard ceiling on the PID, not a
 post-hoc clamp, so the integral cannot wind up behind it; when the budget falls the target
 falls with it in the same period, without waiting for a PID ramp. When p99 breaches the SLA
 itself (not just the aim), extra work is cut multiplicatively at once.
@@ -19,7 +20,7 @@ import math
 
 import msgspec
 
-from schemas.contract import RmaTarget
+from schemas.contract import LimitReason, RmaTarget
 from streams.control.allocator import Allocation
 from streams.control.config import RmaConfig
 from streams.control.pid import Pid, PidState
@@ -30,10 +31,11 @@ class RmaState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     pid: PidState = msgspec.field(default_factory=PidState)
 
 
-def rma_budget(allocation: Allocation, config: RmaConfig) -> float:
-    """Extra candidates per second the allocated CPU and accelerators can score."""
+def rma_budget(allocation: Allocation, config: RmaConfig, units_per_accel_s: float) -> float:
+    """Extra candidates per second the allocated CPU and accelerators can score, at
+    ``units_per_accel_s`` per accelerator unit (measured; the CPU rate is a configured cap)."""
     return min(allocation.rma_cpu * config.candidates_per_cpu_unit_s,
-               allocation.rma_accel_units * config.candidates_per_accel_unit_s)
+               allocation.rma_accel_units * units_per_accel_s)
 
 
 def ranking_request_rate(stats: list[WindowStats]) -> float:
@@ -55,6 +57,8 @@ class RmaPolicy:
         self.config = config
         self.pid = Pid(config.pid(), (state or RmaState()).pid)
         self.last_p99_ms: float | None = None
+        #: What kept the last target from being higher (see ``LimitReason``).
+        self.limited_by: LimitReason = "hold"
 
     def cap(self, budget_units_per_s: float, request_rate: float) -> float:
         """Most extra candidates per request the budget pays for at this request rate."""
@@ -77,6 +81,7 @@ class RmaPolicy:
             high = min(high, ceiling)
         p99 = worst_p99(stats, "baseline")
         self.last_p99_ms = p99
+        budget_high = high
         if p99 is None:
             self.pid.limit(high)
         else:
@@ -84,14 +89,31 @@ class RmaPolicy:
                 high = min(high, self.pid.output * self.config.overload_cut)
                 self.pid.limit(high)
             self.pid.update(p99, dt_s, limit_high=high)
-        return self._target(budget, high)
+        target = self._target(budget, high)
+        self.limited_by = self._limit(target.extra_candidates, budget_high, p99, ceiling)
+        return msgspec.structs.replace(target, limited_by=self.limited_by)
+
+    def _limit(self, extra: int, budget_high: float, p99: float | None,
+               ceiling: float | None) -> LimitReason:
+        """Why ``extra`` is not higher: the first bound it sits at, else the SLA loop."""
+        cfg = self.config
+        if extra >= cfg.max_extra_candidates:
+            return "max"
+        if budget_high <= 0.0:
+            return "budget"
+        if extra >= math.floor(budget_high + 1e-9) and budget_high < cfg.max_extra_candidates:
+            return "budget"
+        if p99 is None or ceiling is not None:
+            return "hold"
+        return "sla"
 
     def clamp(self, budget_units_per_s: float, request_rate: float) -> RmaTarget:
         """Fast path: lower the held output to what the budget still pays for, no PID step."""
         budget = max(0.0, budget_units_per_s)
         high = self.cap(budget, request_rate)
         self.pid.limit(high)
-        return self._target(budget, high)
+        self.limited_by = "preemption"
+        return msgspec.structs.replace(self._target(budget, high), limited_by="preemption")
 
     def _target(self, budget: float, high: float) -> RmaTarget:
         extra = min(math.floor(self.pid.output + 1e-9), math.floor(high + 1e-9))

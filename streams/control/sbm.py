@@ -3,7 +3,8 @@
 Coverage follows what the powerful model can actually serve:
 ``min(max_coverage, headroom * serviceable_rps / request_rps)``, where ``serviceable_rps`` is the
 measured capacity of the opportunistic powerful-model pools, limited by the accelerator units
-the allocator gave SBM (``sbm_accel * powerful_rps_per_accel_unit``): replicas still reporting
+the allocator gave SBM at the measured cost of a powerful request (``streams.control.cost``;
+``powerful_rps_per_accel_unit`` is its prior): replicas still reporting
 after their grant is gone do not count. Coverage rises by at most ``max_increase_per_period``
 per period, falls to the capacity bound at once, and is trimmed multiplicatively while the
 powerful pools' p99 exceeds their own SLA. No powerful capacity means zero coverage. Without
@@ -23,7 +24,7 @@ import math
 
 import msgspec
 
-from schemas.contract import RoutingOutcome, SbmTarget, SegmentPriority
+from schemas.contract import LimitReason, RoutingOutcome, SbmTarget, SegmentPriority
 from streams.control.config import SbmConfig
 from streams.control.windows import WindowStats
 
@@ -35,16 +36,18 @@ class SbmState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
 
 
 def serviceable_rps(stats: list[WindowStats], sbm_accel_units: float,
-                    config: SbmConfig) -> float:
+                    rps_per_accel_unit: float) -> float:
     """Powerful-model throughput we may plan on: measured, limited by the allocation."""
     measured = sum(w.capacity_rps for w in sorted(stats, key=lambda w: w.pool_id)
                    if w.model == "powerful" and w.tier == "opportunistic")
-    return planned_rps(measured, sbm_accel_units, config)
+    return planned_rps(measured, sbm_accel_units, rps_per_accel_unit)
 
 
-def planned_rps(measured_rps: float, sbm_accel_units: float, config: SbmConfig) -> float:
-    """Measured powerful-model capacity, limited by what SBM's allocation pays for."""
-    return min(measured_rps, max(0.0, sbm_accel_units) * config.powerful_rps_per_accel_unit)
+def planned_rps(measured_rps: float, sbm_accel_units: float,
+                rps_per_accel_unit: float) -> float:
+    """Measured powerful-model capacity, limited by what SBM's allocation pays for at the
+    measured cost of a request (``rps_per_accel_unit``)."""
+    return min(measured_rps, max(0.0, sbm_accel_units) * rps_per_accel_unit)
 
 
 class SbmPolicy:
@@ -53,6 +56,8 @@ class SbmPolicy:
     def __init__(self, config: SbmConfig, state: SbmState | None = None) -> None:
         self.config = config
         self.coverage = (state or SbmState()).coverage
+        #: What kept the last coverage from being higher (see ``LimitReason``).
+        self.limited_by: LimitReason = "hold"
 
     def cap(self, serviceable: float, request_rps: float) -> float | None:
         """Coverage the capacity supports; None when traffic is unknown (no basis to raise)."""
@@ -62,25 +67,36 @@ class SbmPolicy:
             return None
         return min(self.config.max_coverage, self.config.headroom * serviceable / request_rps)
 
-    def step(self, stats: list[WindowStats], sbm_accel_units: float, request_rps: float, *,
-             ceiling: float | None = None) -> float:
+    def step(self, stats: list[WindowStats], sbm_accel_units: float, request_rps: float,
+             rps_per_accel_unit: float, *, ceiling: float | None = None) -> float:
         """New coverage. ``stats`` may hold every window; only powerful pools are read."""
         cfg = self.config
-        cap = self.cap(serviceable_rps(stats, sbm_accel_units, cfg), request_rps)
+        serviceable = serviceable_rps(stats, sbm_accel_units, rps_per_accel_unit)
+        cap = self.cap(serviceable, request_rps)
         judged = [w.p99_ms for w in stats if w.model == "powerful" and w.enough_samples]
+        why: LimitReason
         if cap is None:
             cap = min(self.coverage, cfg.max_coverage)
         if not judged and self.coverage > 0:
-            wanted = self.coverage                              # no evidence: hold
+            wanted, why = self.coverage, "hold"                 # no evidence: hold
         elif not judged:  # at zero coverage no latency can exist: probe one step
-            wanted = cfg.max_increase_per_period
+            wanted, why = cfg.max_increase_per_period, "sla"
         elif max(judged) > cfg.sla_p99_ms:
-            wanted = self.coverage * cfg.trim_factor            # powerful pools too slow: trim
+            wanted, why = self.coverage * cfg.trim_factor, "sla"  # powerful pools too slow
         else:
-            wanted = self.coverage + cfg.max_increase_per_period
+            wanted, why = self.coverage + cfg.max_increase_per_period, "sla"
         if ceiling is not None:
-            cap = min(cap, ceiling)
+            cap, why = min(cap, ceiling), "hold"
         self.coverage = max(0.0, min(wanted, cap, 1.0))
+        if serviceable <= 0:
+            why = "capacity"
+        elif request_rps <= 0:
+            why = "demand"
+        elif self.coverage >= cfg.max_coverage:
+            why = "max"
+        elif wanted > cap and ceiling is None:
+            why = "capacity"
+        self.limited_by = why
         return self.coverage
 
     def clamp(self, serviceable: float, request_rps: float) -> float:
@@ -88,11 +104,12 @@ class SbmPolicy:
         cap = self.cap(serviceable, request_rps)
         if cap is not None:
             self.coverage = max(0.0, min(self.coverage, cap))
+        self.limited_by = "preemption"
         return self.coverage
 
     def target(self, estimator: SegmentEstimator) -> SbmTarget:
         """The wire target: current coverage and every tracked segment's priority."""
-        return sbm_target(self.coverage, estimator.priorities())
+        return sbm_target(self.coverage, estimator.priorities(), self.limited_by)
 
     @property
     def state(self) -> SbmState:
@@ -194,5 +211,7 @@ class SegmentEstimator:
                             segments={k: self._segments[k] for k in sorted(self._segments)})
 
 
-def sbm_target(coverage: float, segments: dict[str, SegmentPriority]) -> SbmTarget:
-    return SbmTarget(coverage=max(0.0, min(1.0, coverage)), segments=segments)
+def sbm_target(coverage: float, segments: dict[str, SegmentPriority],
+               limited_by: LimitReason | None = None) -> SbmTarget:
+    return SbmTarget(coverage=max(0.0, min(1.0, coverage)), segments=segments,
+                     limited_by=limited_by)

@@ -51,14 +51,20 @@ class WindowStats(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     capacity_rps: float
     """Sum over workers of each worker's latest reported capacity."""
     enough_samples: bool
+    busy_s: float = 0.0
+    """Replica-seconds the pool's models were busy over the period (what the work cost)."""
+    units_done: int = 0
+    """Units scored over the period, baseline and optional (what ``busy_s`` bought)."""
+    optional_requests_done: int = 0
 
 
 class LatencyWindow:
     """Accumulates one pool's reports; ``close`` returns the stats and starts a new period."""
 
     __slots__ = ("_capacity", "_first_start", "_last_end", "_merger", "_util", "accelerator",
-                 "baseline", "done", "min_samples", "model", "opened_ms", "pool_id", "region",
-                 "reports", "requests", "shed", "silent_periods", "tier")
+                 "baseline", "busy", "done", "min_samples", "model", "opened_ms",
+                 "optional_requests", "pool_id", "region", "reports", "requests", "shed",
+                 "silent_periods", "tier", "units")
 
     def __init__(self, pool_id: str, region: str, model: str, tier: str, accelerator: str,
                  min_samples: int, relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY, *,
@@ -85,7 +91,8 @@ class LatencyWindow:
 
     def _clear(self) -> None:
         self.reports = self.requests = self.baseline = self.done = self.shed = 0
-        self._util = 0.0
+        self.units = self.optional_requests = 0
+        self._util = self.busy = 0.0
         self._first_start = math.inf
         self._last_end = -math.inf
         self._capacity.clear()
@@ -102,6 +109,9 @@ class LatencyWindow:
         if report.optional_units_shed:
             self.shed += sum(report.optional_units_shed.values())
         self._util += report.utilisation
+        self.busy += report.busy_s
+        self.units += report.units_done
+        self.optional_requests += report.optional_requests_done
         self._capacity[report.worker_id] = report.capacity_rps
         if report.window_start_ms < self._first_start:
             self._first_start = report.window_start_ms
@@ -135,7 +145,9 @@ class LatencyWindow:
             request_rate=self.requests * per_s, baseline_rate=self.baseline * per_s,
             optional_done_rate=self.done * per_s, shed_rate=self.shed * per_s,
             utilisation=self._util / self.reports if self.reports else 0.0,
-            capacity_rps=capacity, enough_samples=samples >= self.min_samples)
+            capacity_rps=capacity, enough_samples=samples >= self.min_samples,
+            busy_s=self.busy, units_done=self.units,
+            optional_requests_done=self.optional_requests)
         self.silent_periods = 0 if self.reports else self.silent_periods + 1
         self.opened_ms = now_ms
         self._clear()

@@ -32,14 +32,19 @@ class LoadTotals:
     queue_items: int
     queue_delay_ms: float
     ms_per_unit: float
+    replicas: int = 1
+    """Replicas serving in parallel behind this report (the simulator's replica sets): busy
+    time is reported in replica-seconds, the unit a cost per candidate is measured in."""
 
     @classmethod
-    def of(cls, state: AdmissionState, rows_done: int, busy_s: float) -> LoadTotals:
+    def of(cls, state: AdmissionState, rows_done: int, busy_s: float,
+           replicas: int = 1) -> LoadTotals:
         """The totals of a replica whose admission is in ``state``, with the rows it scored
         and the seconds it was busy since it started."""
         return cls(rows_done=rows_done, busy_s=busy_s, shed_units=dict(state.shed_units),
                    queue_items=state.baseline_items + state.optional_items,
-                   queue_delay_ms=state.queue_delay_ms, ms_per_unit=state.ms_per_unit)
+                   queue_delay_ms=state.queue_delay_ms, ms_per_unit=state.ms_per_unit,
+                   replicas=replicas)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +123,7 @@ class ReportWindow:
             queue_delay_ms=max(0.0, totals.queue_delay_ms),
             utilisation=min(10.0, max(0.0, busy / span_s)),
             capacity_rps=self._capacity_rps(done, busy, totals.ms_per_unit),
-            busy_s=min(86_400.0, max(0.0, busy)), units_done=max(0, done),
+            busy_s=min(86_400.0, max(0.0, busy * totals.replicas)), units_done=max(0, done),
             optional_requests_done=optional_requests)
 
     def _capacity_rps(self, rows_done: int, busy_s: float, ms_per_unit: float) -> float:

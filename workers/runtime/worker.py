@@ -303,11 +303,7 @@ class Worker:
         return Snapshot(self.batcher.state(), effective, verdicts, self.in_flight)
 
     def load_totals(self) -> LoadTotals:
-        state = self.batcher.state()
-        return LoadTotals(rows_done=self.batcher.rows_done, busy_s=self.batcher.busy_s,
-                          shed_units=state.shed_units,
-                          queue_items=state.baseline_items + state.optional_items,
-                          queue_delay_ms=state.queue_delay_ms, ms_per_unit=state.ms_per_unit)
+        return LoadTotals.of(self.batcher.state(), self.batcher.rows_done, self.batcher.busy_s)
 
     def window_report(self) -> WindowReport:
         """Close the telemetry window and return its report."""

@@ -91,12 +91,27 @@ def test_zero_budget_means_zero_extra_immediately() -> None:
 def test_budget_follows_the_scarcer_of_cpu_and_accelerators() -> None:
     cfg = RmaConfig(candidates_per_cpu_unit_s=100.0, candidates_per_accel_unit_s=1000.0)
     alloc = Allocation(rma_cpu=8.0, rma_accel={"a100": 2.0, "t4": 1.0})
-    assert rma_budget(alloc, cfg) == pytest.approx(800.0)
+    assert rma_budget(alloc, cfg, 1000.0) == pytest.approx(800.0)
     alloc = Allocation(rma_cpu=80.0, rma_accel={"a100": 0.5})
-    assert rma_budget(alloc, cfg) == pytest.approx(500.0)
+    assert rma_budget(alloc, cfg, 1000.0) == pytest.approx(500.0)
 
 
 def test_restart_ceiling_bounds_the_step() -> None:
     policy = RmaPolicy(CONFIG)
     target = policy.step([stats(10.0)], BIG_BUDGET, 10.0, ceiling=3.0)
     assert target.extra_candidates == 3
+
+
+def test_every_target_says_what_limits_it() -> None:
+    policy = RmaPolicy(CONFIG)
+    assert policy.step([stats(10.0, enough=False)], BIG_BUDGET, 10.0).limited_by == "hold"
+    assert policy.step([stats(10.0)], BIG_BUDGET, 10.0).limited_by == "sla"  # ramping
+    assert policy.step([stats(10.0)], 0.0, 10.0).limited_by == "budget"
+    for _ in range(30):
+        capped = policy.step([stats(10.0, rate=400.0)], 2000.0, 10.0)
+    assert (capped.extra_candidates, capped.limited_by) == (5, "budget")
+    for _ in range(60):
+        top = policy.step([stats(10.0)], BIG_BUDGET, 10.0)
+    assert (top.extra_candidates, top.limited_by) == (200, "max")
+    assert policy.step([stats(150.0)], BIG_BUDGET, 10.0).limited_by == "sla"
+    assert policy.clamp(BIG_BUDGET, 100.0).limited_by == "preemption"

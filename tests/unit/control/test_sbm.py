@@ -26,56 +26,56 @@ def powerful(capacity_rps: float, p99_ms: float = 100.0, *, enough: bool = True,
 def test_coverage_is_headroom_times_serviceable_share() -> None:
     policy = SbmPolicy(CONFIG)
     # measured 100 rps, allocation pays for 4 * 25 = 100 rps, 1000 rps of traffic
-    assert policy.step([powerful(100.0)], 4.0, 1000.0) == pytest.approx(0.08)
+    assert policy.step([powerful(100.0)], 4.0, 1000.0, 25.0) == pytest.approx(0.08)
 
 
 def test_allocation_limits_measured_capacity() -> None:
     policy = SbmPolicy(CONFIG)
-    assert policy.step([powerful(400.0)], 2.0, 1000.0) == pytest.approx(0.8 * 50 / 1000)
+    assert policy.step([powerful(400.0)], 2.0, 1000.0, 25.0) == pytest.approx(0.8 * 50 / 1000)
 
 
 def test_coverage_never_exceeds_max() -> None:
     policy = SbmPolicy(CONFIG)
-    assert policy.step([powerful(10_000.0)], 1000.0, 100.0) == 0.5
+    assert policy.step([powerful(10_000.0)], 1000.0, 100.0, 25.0) == 0.5
 
 
 def test_zero_without_powerful_capacity() -> None:
     policy = SbmPolicy(CONFIG, SbmState(coverage=0.3))
-    assert policy.step([powerful(100.0)], 0.0, 1000.0) == 0.0
+    assert policy.step([powerful(100.0)], 0.0, 1000.0, 25.0) == 0.0
     policy = SbmPolicy(CONFIG, SbmState(coverage=0.3))
-    assert policy.step([], 4.0, 1000.0) == 0.0
+    assert policy.step([], 4.0, 1000.0, 25.0) == 0.0
     policy = SbmPolicy(CONFIG, SbmState(coverage=0.3))
-    assert policy.step([powerful(100.0, tier="baseline")], 4.0, 1000.0) == 0.0
+    assert policy.step([powerful(100.0, tier="baseline")], 4.0, 1000.0, 25.0) == 0.0
 
 
 def test_trimmed_multiplicatively_while_powerful_p99_exceeds_its_sla() -> None:
     policy = SbmPolicy(CONFIG, SbmState(coverage=0.08))
-    assert policy.step([powerful(100.0, p99_ms=250.0)], 4.0, 1000.0) == pytest.approx(0.04)
-    assert policy.step([powerful(100.0, p99_ms=250.0)], 4.0, 1000.0) == pytest.approx(0.02)
-    assert policy.step([powerful(100.0, p99_ms=150.0)], 4.0, 1000.0) == pytest.approx(0.08)
+    assert policy.step([powerful(100.0, p99_ms=250.0)], 4.0, 1000.0, 25.0) == pytest.approx(0.04)
+    assert policy.step([powerful(100.0, p99_ms=250.0)], 4.0, 1000.0, 25.0) == pytest.approx(0.02)
+    assert policy.step([powerful(100.0, p99_ms=150.0)], 4.0, 1000.0, 25.0) == pytest.approx(0.08)
 
 
 def test_rises_at_most_max_increase_per_period() -> None:
     policy = SbmPolicy(msgspec.structs.replace(CONFIG, max_increase_per_period=0.02))
-    steps = [policy.step([powerful(1000.0)], 40.0, 1000.0) for _ in range(3)]
+    steps = [policy.step([powerful(1000.0)], 40.0, 1000.0, 25.0) for _ in range(3)]
     assert steps == pytest.approx([0.02, 0.04, 0.06])
 
 
 def test_holds_without_enough_samples_but_still_respects_capacity() -> None:
     policy = SbmPolicy(CONFIG, SbmState(coverage=0.05))
-    assert policy.step([powerful(1000.0, enough=False)], 40.0, 1000.0) == 0.05
-    assert policy.step([powerful(25.0, enough=False)], 1.0, 1000.0) == pytest.approx(0.02)
+    assert policy.step([powerful(1000.0, enough=False)], 40.0, 1000.0, 25.0) == 0.05
+    assert policy.step([powerful(25.0, enough=False)], 1.0, 1000.0, 25.0) == pytest.approx(0.02)
 
 
 def test_zero_coverage_probes_one_step_since_an_idle_pool_reports_no_latency() -> None:
     policy = SbmPolicy(msgspec.structs.replace(CONFIG, max_increase_per_period=0.02))
-    assert policy.step([powerful(1000.0, enough=False)], 40.0, 1000.0) == pytest.approx(0.02)
-    assert policy.step([powerful(1000.0, enough=False)], 40.0, 1000.0) == pytest.approx(0.02)
+    assert policy.step([powerful(1000.0, enough=False)], 40.0, 1000.0, 25.0) == pytest.approx(0.02)
+    assert policy.step([powerful(1000.0, enough=False)], 40.0, 1000.0, 25.0) == pytest.approx(0.02)
 
 
 def test_unknown_traffic_never_raises_coverage() -> None:
     policy = SbmPolicy(CONFIG, SbmState(coverage=0.05))
-    assert policy.step([powerful(1000.0)], 40.0, 0.0) == 0.05
+    assert policy.step([powerful(1000.0)], 40.0, 0.0, 25.0) == 0.05
 
 
 def test_clamp_only_lowers() -> None:

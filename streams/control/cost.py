@@ -1,0 +1,103 @@
+"""What one unit of optional work costs, learned from what the replicas measure.
+
+Every WindowReport says how long the replica's model was busy (``busy_s``, replica-seconds)
+and how many units (candidates) that bought (``units_done``), and how many requests had
+optional work done. Per pool, the cost of a unit is the ratio of those two, summed over recent
+periods with exponentially decaying weights. A ratio of sums, rather than a mean of per-window
+ratios, is what makes it robust:
+
+- an idle window (0 s for 0 units) adds nothing, where a per-window ratio would be 0/0;
+- a window of a few units with a slow first batch (a replica that just joined and is still
+  warming up) weighs as little as the units it scored, not as much as a busy window;
+- the configured rate is the prior: ``prior_weight_s`` busy-seconds of pseudo-evidence at the
+  configured cost, so the first windows move the estimate only as far as their evidence goes;
+- the estimate stays within ``cap_ratio`` of the prior either way, so a broken reporter cannot
+  talk the control plane into an absurd budget.
+
+A lever's rate per accelerator unit (one replica) is then ``1 / cost``; the RMA budget plans to
+fill the lent capacity to ``target_utilisation`` of its time (SBM to its ``headroom``), and the
+latency controllers take it from there. On a powerful-model pool every request is optional work
+done whole, so its cost is counted per request as well as per unit. Pure code: no clock, state
+in and out as plain structs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import msgspec
+
+from streams.control.config import CostConfig
+from streams.control.windows import WindowStats
+
+
+class PoolCost(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Decayed sums of one pool's measured work (restart state)."""
+
+    busy_s: float = 0.0
+    units: float = 0.0
+    requests: float = 0.0
+
+
+class CostModel:
+    """Per-pool cost of a unit; ``observe`` once per control period with its closed windows."""
+
+    def __init__(self, config: CostConfig, state: dict[str, PoolCost] | None = None) -> None:
+        self.config = config
+        self.pools: dict[str, PoolCost] = dict(state or {})
+        self._models: dict[str, str] = {}
+
+    def observe(self, stats: list[WindowStats], dt_s: float) -> None:
+        """Fold one period's windows in; older evidence decays by its half-life."""
+        keep = math.exp(-math.log(2.0) * max(dt_s, 0.0) / self.config.half_life_s)
+        for pool_id in sorted(self.pools):
+            old = self.pools[pool_id]
+            if old.busy_s * keep < 1e-6:  # a pool long gone: forget it (bounded memory)
+                del self.pools[pool_id]
+                continue
+            self.pools[pool_id] = PoolCost(busy_s=old.busy_s * keep, units=old.units * keep,
+                                           requests=old.requests * keep)
+        for w in stats:
+            self._models[w.pool_id] = w.model
+            if w.units_done <= 0 or w.busy_s <= 0:
+                continue
+            old = self.pools.get(w.pool_id, PoolCost())
+            self.pools[w.pool_id] = PoolCost(busy_s=old.busy_s + w.busy_s,
+                                             units=old.units + w.units_done,
+                                             requests=old.requests + w.optional_requests_done)
+
+    def _sums(self, model: str) -> PoolCost:
+        busy = units = requests = 0.0
+        for pool_id in sorted(self.pools):
+            if self._model_of(pool_id) == model:
+                p = self.pools[pool_id]
+                busy, units, requests = busy + p.busy_s, units + p.units, requests + p.requests
+        return PoolCost(busy_s=busy, units=units, requests=requests)
+
+    def _model_of(self, pool_id: str) -> str:
+        """A pool's model: as seen in its windows, else from its id (region/service/model/..)."""
+        model = self._models.get(pool_id)
+        if model is None:
+            parts = pool_id.split("/")
+            model = parts[2] if len(parts) > 2 else ""
+        return model
+
+    def seconds_per_unit(self, model: str, prior_per_s: float,
+                         per: Literal["units", "requests"] = "units") -> float:
+        """Replica-seconds one unit (or one request with optional work: a powerful pool's
+        whole requests) costs on ``model``'s pools, the prior of ``prior_per_s`` weighing in."""
+        cfg = self.config
+        prior = 1.0 / prior_per_s
+        sums = self._sums(model)
+        count = sums.units if per == "units" else sums.requests
+        estimate = (cfg.prior_weight_s + sums.busy_s) / (cfg.prior_weight_s / prior + count)
+        return min(max(estimate, prior / cfg.cap_ratio), prior * cfg.cap_ratio)
+
+    def evidence_s(self, model: str) -> float:
+        """Measured busy seconds behind the estimate (decayed): 0 means prior only."""
+        return self._sums(model).busy_s
+
+    @property
+    def state(self) -> dict[str, PoolCost]:
+        return dict(sorted(self.pools.items()))
