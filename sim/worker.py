@@ -122,6 +122,9 @@ class SimWorker:
             model=pool.model, tier=pool.tier, accelerator=pool.accelerator), start_ms)
         self.busy_ms = 0.0
         self.served_units = 0
+        """Units taken into service since the engine last accounted for them (it resets)."""
+        self.rows_done = 0
+        """Units taken into service since the start (cumulative, as the live batcher counts)."""
 
     @property
     def targets(self) -> TargetState:
@@ -189,6 +192,7 @@ class SimWorker:
             self.in_service += units
             adm.record_service(units, units / rate)
             self.served_units += units
+            self.rows_done += units
             self._util_acc += units
             self.busy_ms += units / rate
             service = self.curve(self.utilisation())
@@ -326,7 +330,7 @@ class SimWorker:
     def report(self, now: int) -> WindowReport:
         """Close the telemetry window (what the live worker publishes every interval)."""
         self.advance(now)
-        totals = LoadTotals.of(self.admission.state(now), self.served_units,
+        totals = LoadTotals.of(self.admission.state(now), self.rows_done,
                                self.busy_ms / 1000.0, self.replicas)
         return self._window.close(now, totals)
 
