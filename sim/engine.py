@@ -209,6 +209,8 @@ class Simulation:
         self.log.write_value(targets.issued_at_ms, "targets", targets.scope, targets)
         self.targets_by_reason[targets.reason] = self.targets_by_reason.get(targets.reason,
                                                                             0) + 1
+        if self.metrics is not None:
+            self.metrics.targets_emitted(targets)
         self._schedule(targets.issued_at_ms + self.sc.delays.targets_ms, "targets", targets)
 
     def _schedule(self, at_ms: float, kind: str, payload: Any) -> None:

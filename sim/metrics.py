@@ -11,9 +11,11 @@ work); ``opportunistic_utilization`` is accelerator-seconds of work served on op
 replicas over accelerator-seconds they were lent (draining ones included);
 ``incremental_value`` sums the true gains of the optional work actually done (RMA: a concave
 value of the extra candidates scored; SBM: the segment's gain from the powerful model);
-``max_notice_to_shed_ms`` is, over every worker a preemption notice concerned, the time from
-the notice's timestamp to the moment that worker had stopped optional work: the notice's
-(modelled) delivery delay when workers act on delivery, as they must.
+``limited_by`` counts, per lever, the emitted targets by what kept them from going higher
+(the timeline's last two columns give the latest per window); ``max_notice_to_shed_ms`` is,
+over every worker a preemption notice concerned, the time from the notice's timestamp to the
+moment that worker had stopped optional work: the notice's (modelled) delivery delay when
+workers act on delivery, as they must.
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ from typing import IO, Any
 
 import numpy as np
 
-from streams.replay import csv_line
+from schemas.contract import ControlTargets
+from streams.replay_output import csv_line
 
 TIMELINE_COLUMNS = (
     "t_s", "region", "requests", "ranking_p99_ms", "violation", "e2e_p99_ms",
     "extra_candidates_target", "coverage_target", "powerful_share", "opportunistic_replicas",
-    "optional_units_done", "optional_units_shed", "incremental_value", "rejected")
+    "optional_units_done", "optional_units_shed", "incremental_value", "rejected",
+    "rma_limited_by", "sbm_limited_by")
 
 
 @dataclass
@@ -84,6 +88,8 @@ class Metrics:
         self.first_notice_ms: int | None = None
         self.optional_done_before_notice = 0
         self.notices = 0
+        self.limited_by: dict[str, dict[str, int]] = {}
+        self.last_limits: dict[str, tuple[str | None, str | None]] = {}
 
     def ranking_done(self, region: str, latency_ms: float, e2e_ms: float, timeout_ms: float,
                      optional_done: int, rma_value: float) -> None:
@@ -131,6 +137,15 @@ class Metrics:
         if self.first_notice_ms is None:
             self.first_notice_ms = ts_ms
 
+    def targets_emitted(self, targets: ControlTargets) -> None:
+        """Count, per lever, what limited each target the control plane emitted (a
+        controller that does not say, like the fixed ones, is not counted)."""
+        self.last_limits[targets.scope] = (targets.rma.limited_by, targets.sbm.limited_by)
+        for lever, why in (("rma", targets.rma.limited_by), ("sbm", targets.sbm.limited_by)):
+            if why is not None:
+                counts = self.limited_by.setdefault(lever, {})
+                counts[why] = counts.get(why, 0) + 1
+
     def close_window(self, end_ms: int, region: str, *, extra_target: int, coverage: float,
                      opportunistic_replicas: int, shed_total: int) -> None:
         m = self.regions[region]
@@ -146,7 +161,8 @@ class Metrics:
         self.timeline.write(csv_line((
             (end_ms - self.start_ms) / 1000.0, region, w.requests, ranking_p99, violation,
             p99(w.e2e), extra_target, coverage, w.powerful / w.requests if w.requests else 0.0,
-            opportunistic_replicas, w.optional_done, shed, round(w.value, 6), w.rejected)))
+            opportunistic_replicas, w.optional_done, shed, round(w.value, 6), w.rejected,
+            *(why or "" for why in self.last_limits.get(region, (None, None))))))
         m.window = Window()
 
     def summary(self) -> dict[str, Any]:
@@ -174,6 +190,8 @@ class Metrics:
             "optional_units_done": sum(m.optional_done for m in regions),
             "requests": sum(m.requests for m in regions),
             "e2e_p99_ms": round(p99(e2e), 3),
+            "limited_by": {lever: dict(sorted(counts.items()))
+                           for lever, counts in sorted(self.limited_by.items())},
             "regions": {m.name: {
                 "requests": m.requests, "ranking_served": m.ranking_served,
                 "powerful_served": m.powerful_served, "sbm_fallbacks": m.fallbacks,

@@ -9,6 +9,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from schemas.contract import LIMIT_REASONS, ControlTargets
 from streams.control.controller import ScopeController
 
 
@@ -31,6 +32,20 @@ class Metrics:
                            ["scope"], registry=self.registry)
         self.coverage = Gauge("surplus_control_sbm_coverage", "SBM coverage target",
                               ["scope"], registry=self.registry)
+        self.limited_by = Gauge("surplus_control_limited_by",
+                                "1 for what limits each lever's last target (sla, budget, "
+                                "capacity, max, demand, preemption, hold, operator), else 0",
+                                ["scope", "lever", "reason"], registry=self.registry)
+        self.limited_targets = Counter("surplus_control_limited_targets_total",
+                                       "Targets published, by lever and what limited it",
+                                       ["scope", "lever", "reason"], registry=self.registry)
+        self.budget = Gauge("surplus_control_rma_budget_units_per_s",
+                            "RMA extra-work budget of the last target", ["scope"],
+                            registry=self.registry)
+        self.unit_cost = Gauge("surplus_control_unit_cost_seconds",
+                               "Measured replica-seconds one candidate (ranking model) or one "
+                               "request (powerful model) costs", ["scope", "model", "per"],
+                               registry=self.registry)
         self.restore_skipped = Counter("surplus_control_restore_skipped_total",
                                        "Stored scope states that could not be restored",
                                        registry=self.registry)
@@ -58,6 +73,20 @@ class Metrics:
                          "Messages behind the end of each input partition",
                          ["topic", "partition"], registry=self.registry)
 
+    def observe_targets(self, targets: ControlTargets) -> None:
+        """A published target: its values, and per lever what keeps it from going higher."""
+        scope = targets.scope
+        self.targets.labels(scope, targets.reason).inc()
+        self.extra.labels(scope).set(targets.rma.extra_candidates)
+        self.coverage.labels(scope).set(targets.sbm.coverage)
+        self.budget.labels(scope).set(targets.rma.budget_units_per_s)
+        for lever, why in (("rma", targets.rma.limited_by), ("sbm", targets.sbm.limited_by)):
+            if why is None:
+                continue
+            self.limited_targets.labels(scope, lever, why).inc()
+            for reason in LIMIT_REASONS:
+                self.limited_by.labels(scope, lever, reason).set(1.0 if reason == why else 0.0)
+
     def observe_controller(self, scope: str, controller: ScopeController) -> None:
         """Controller internals after a tick: PID terms, windows, inventory."""
         for term, value in zip("pid", controller.rma_policy.pid.components, strict=True):
@@ -66,6 +95,13 @@ class Metrics:
             self.p99.labels(scope, window.pool_id).set(window.p99_ms)
             self.p50.labels(scope, window.pool_id).set(window.p50_ms)
             self.window_rps.labels(scope, window.pool_id).set(window.request_rate)
+        cost, cfg = controller.cost, controller.config
+        if cost.evidence_s("baseline") > 0:
+            self.unit_cost.labels(scope, "baseline", "candidate").set(
+                cost.seconds_per_unit("baseline", cfg.rma.candidates_per_accel_unit_s))
+        if cost.evidence_s("powerful") > 0:
+            self.unit_cost.labels(scope, "powerful", "request").set(cost.seconds_per_unit(
+                "powerful", cfg.sbm.powerful_rps_per_accel_unit, per="requests"))
         capacity = controller.capacity
         self.capacity.labels(scope, "cpu").set(capacity.cpu_units)
         for accelerator, units in capacity.accel.items():
