@@ -25,7 +25,7 @@ import csv
 import json
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +64,6 @@ class RunInfo:
     replicas: list[str]
     interrupted: bool = False
     kafka: str = ""
-    rma_candidates_per_unit_s: float = 1.0
-    """Extra candidates/s one accelerator unit scores (``rma.candidates_per_accel_unit_s``)."""
-    powerful_rps_per_unit: float = 1.0
-    """Requests/s one unit serves on the powerful model (``sbm.powerful_rps_per_accel_unit``)."""
     endpoints: dict[str, int] = field(default_factory=dict)
     """Local ports the run's processes served on (process name -> port)."""
     replica_changes: list[tuple[float, str, str]] = field(default_factory=list)
@@ -79,7 +75,8 @@ class RunInfo:
         raw["phases"] = [tuple(p) for p in raw["phases"]]
         raw["storms"] = [tuple(s) for s in raw["storms"]]
         raw["replica_changes"] = [tuple(c) for c in raw.get("replica_changes", [])]
-        return cls(**raw)
+        known = {f.name for f in fields(cls)}  # a run.json from an older release: drop extras
+        return cls(**{k: v for k, v in raw.items() if k in known})
 
 
 @dataclass
@@ -150,6 +147,10 @@ def _telemetry(tel: Telemetry, report: Any, info: RunInfo) -> None:
         row[f"shed/{reason}"] += n
     if report.tier == "opportunistic":
         row["used_units"] += report.utilisation
+        if report.units_done:
+            span_s = max(report.window_end_ms - report.window_start_ms, 1) / 1000.0
+            row["optional_units_busy"] += (report.busy_s / span_s * report.optional_units_done
+                                           / report.units_done)
     if not info.start_ms < end <= info.end_ms:
         return
     window = (end - info.start_ms - 1) // info.period_ms
@@ -255,6 +256,31 @@ def lent_series(capacity: list[tuple[int, str, Any]], info: RunInfo,
         xs.append((t - info.start_ms) / 1000.0)
         ys.append(inventory.available(info.region, t).accel_units)
     return xs, ys
+
+
+def busy_share_lent(tel: Telemetry, capacity: list[tuple[int, str, Any]],
+                    info: RunInfo) -> float | None:
+    """Busy share of the opportunistic replicas while capacity was lent: the seconds their
+    models were busy (reported utilisation, summed over replicas) over the units lent, over
+    the seconds with any lent. None when nothing was lent."""
+    _, lent = lent_series(capacity, info, step_ms=1000)
+    _, used = per_second(tel, "used_units", info)
+    pairs = [(u, n) for u, n in zip(used, lent, strict=False) if n > 0]
+    total = sum(n for _, n in pairs)
+    return sum(u for u, _ in pairs) / total if total > 0 else None
+
+
+def limited_by(targets: list[ControlTargets]) -> dict[str, dict[str, int]]:
+    """Control periods per lever by what limited the lever's target (period targets only:
+    fast-path and restart targets say preemption and hold by construction)."""
+    out: dict[str, dict[str, int]] = {"rma": {}, "sbm": {}}
+    for t in targets:
+        if t.reason != "period":
+            continue
+        for lever, why in (("rma", t.rma.limited_by), ("sbm", t.sbm.limited_by)):
+            if why is not None:
+                out[lever][why] = out[lever].get(why, 0) + 1
+    return {lever: dict(sorted(c.items())) for lever, c in out.items()}
 
 
 def per_second(tel: Telemetry, key: str, info: RunInfo) -> Series:

@@ -165,6 +165,9 @@ def _levers(info: RunInfo, rec: Recorded | None,
         out["preemption_notices"] = len(rec.notices)
         lent = analysis.lent_series(rec.capacity, info)
         out["opportunistic_units_mean"] = round(analysis.time_weighted_mean(lent, 0.0, end), 3)
+        out["opportunistic_busy_share_lent"] = _round(
+            analysis.busy_share_lent(rec.telemetry, rec.capacity, info))
+        out["limited_by"] = analysis.limited_by(rec.targets)
     return out
 
 
@@ -276,11 +279,8 @@ def capacity_plot(path: Path, info: RunInfo, rec: Recorded) -> str:
     ux, uy = analysis.per_second(rec.telemetry, "used_units", info)
     ax.plot(ux, uy, label="busy share of the opportunistic replicas (measured)",
             color="tab:blue", linewidth=1)
-    _, rma = analysis.per_second(rec.telemetry, "done_rma", info)
-    _, sbm = analysis.per_second(rec.telemetry, "powerful_requests", info)
-    cost = [r / info.rma_candidates_per_unit_s + p / info.powerful_rps_per_unit
-            for r, p in zip(rma, sbm, strict=True)]
-    ax.plot(ux, cost, label="optional work done, in units (the control plane's cost model)",
+    _, optional = analysis.per_second(rec.telemetry, "optional_units_busy", info)
+    ax.plot(ux, optional, label="of which optional work (measured busy time)",
             color="tab:green", linewidth=1)
     _storms(ax, info, label=False)
     ax.set(title="Opportunistic capacity: lent vs used", xlabel="time (s)",
@@ -370,7 +370,8 @@ HEADLINE = ("baseline_requests_total", "baseline_requests_failed",
             "baseline_sla_violation_windows", "baseline_windows_judged", "sla_p99_ms",
             "baseline_p99_ms_worst_window", "baseline_p99_ms_median_window",
             "optional_units_done", "optional_units_shed", "incremental_value",
-            "notice_to_shed_p99_ms", "notice_to_shed_mean_ms", "coverage_mean",
+            "notice_to_shed_p99_ms", "notice_to_shed_mean_ms", "opportunistic_busy_share_lent",
+            "limited_by", "coverage_mean",
             "extra_candidates_mean",
             "extra_candidates_sent_mean", "requests_served_by_powerful_model",
             "powerful_fallbacks", "preemption_notices", "targets_published",

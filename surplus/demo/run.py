@@ -412,7 +412,9 @@ class Demo:
                          + f" ms (SLA {sla:g})")
             if targets is not None:
                 parts.append(f"targets: extra {targets.rma.extra_candidates:3d} "
-                             f"coverage {targets.sbm.coverage:.2f}")
+                             f"({targets.rma.limited_by or '-'}) "
+                             f"coverage {targets.sbm.coverage:.2f} "
+                             f"({targets.sbm.limited_by or '-'})")
             shed_total = sum(shed.values())
             top = ", ".join(f"{k} {v}" for k, v in sorted(shed.items(), key=lambda kv: -kv[1])
                             [:2])
@@ -561,8 +563,6 @@ def run_info(scenario: Scenario, phases: list[plan.Phase], replicas: list[plan.R
         phases=[(p.name, p.start_s, p.end_s) for p in phases],
         storms=plan.storm_windows(scenario), replicas=[r.worker_id for r in replicas],
         interrupted=interrupted, kafka=kafka,
-        rma_candidates_per_unit_s=scenario.control.rma.candidates_per_accel_unit_s,
-        powerful_rps_per_unit=scenario.control.sbm.powerful_rps_per_accel_unit,
         endpoints=endpoints, replica_changes=replica_changes or [])
 
 
