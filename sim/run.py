@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import csv
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sim import best_static
 from sim.controllers import ALIASES, CONTROLLERS
 from sim.engine import Simulation
 from sim.scenario import Scenario, find_scenario, load_scenario
-from streams.replay import dump_json
+from streams.replay_output import dump_json
 
 HEADLINE = ("windows", "baseline_sla_violation_windows", "baseline_requests_rejected",
             "opportunistic_utilization", "incremental_value", "optional_units_shed_total",
@@ -28,10 +29,16 @@ HEADLINE = ("windows", "baseline_sla_violation_windows", "baseline_requests_reje
 
 def simulate(scenario: str | Path, controller: str, out_dir: str | Path, *,
              duration_s: float | None = None, seed: int | None = None,
-             progress: bool = False) -> dict[str, Any]:
-    """Run ``scenario`` (a path or a shipped name) under ``controller``; returns the summary."""
+             progress: bool = False, static_grid: Mapping[str, Any] | None = None,
+             jobs: int = 2) -> dict[str, Any]:
+    """Run ``scenario`` (a path or a shipped name) under ``controller``; returns the summary.
+    ``best-static`` runs the whole sweep (see ``sim.best_static``)."""
     path = find_scenario(str(scenario))
     sc, base = load_scenario(path, duration_s=duration_s, seed=seed)
+    if controller == best_static.NAME:
+        return best_static.sweep(sc, base, Path(out_dir),
+                                 best_static.resolve_grid(sc, static_grid), jobs=jobs,
+                                 progress=progress)
     return run_loaded(sc, base, controller, Path(out_dir), progress=progress)
 
 
@@ -39,8 +46,8 @@ def run_loaded(sc: Scenario, base: Path, controller: str, out: Path, *,
                progress: bool = False) -> dict[str, Any]:
     name = ALIASES.get(controller, controller)
     if name not in CONTROLLERS:
-        raise ValueError(f"unknown controller {controller!r}; known: {', '.join(CONTROLLERS)} "
-                         f"(alias: pid = surplus)")
+        raise ValueError(f"unknown controller {controller!r}; known: {', '.join(CONTROLLERS)}, "
+                         f"{best_static.NAME} (alias: pid = surplus)")
     summary = Simulation(sc, base, name, out, progress=progress).run()
     wall = summary.pop("_wall_s")
     if progress:
@@ -52,20 +59,45 @@ def run_loaded(sc: Scenario, base: Path, controller: str, out: Path, *,
 
 def compare(scenario: str | Path, controllers: Sequence[str], out_dir: str | Path, *,
             duration_s: float | None = None, seed: int | None = None,
-            progress: bool = False) -> dict[str, Any]:
-    """Run each controller on the same scenario; write the side-by-side report."""
+            progress: bool = False, static_grid: Mapping[str, Any] | None = None,
+            jobs: int = 2) -> dict[str, Any]:
+    """Run each controller on the same scenario; write the side-by-side report.
+
+    ``best-static`` sweeps ``static`` over a grid (the scenario's, with ``static_grid``
+    overrides; ``jobs`` processes) and adds ``value_vs_best_static`` to the other rows."""
     path = find_scenario(str(scenario))
     sc, base = load_scenario(path, duration_s=duration_s, seed=seed)
     names = [ALIASES.get(c, c) for c in controllers]
     if len(set(names)) != len(names) or not names:
         raise ValueError(f"controllers to compare must be distinct and non-empty: {controllers}")
+    unknown = [n for n in names if n not in CONTROLLERS and n != best_static.NAME]
+    if unknown:
+        raise ValueError(f"unknown controller {unknown[0]!r}; known: {', '.join(CONTROLLERS)}, "
+                         f"{best_static.NAME} (alias: pid = surplus)")
+    grid = best_static.resolve_grid(sc, static_grid) if best_static.NAME in names else None
     out = Path(out_dir)
-    runs = {name: run_loaded(sc, base, name, out / name, progress=progress) for name in names}
+    runs = {}
+    for name in names:
+        if grid is not None and name == best_static.NAME:
+            runs[name] = best_static.sweep(sc, base, out / name, grid, jobs=jobs,
+                                           progress=progress)
+        else:
+            runs[name] = run_loaded(sc, base, name, out / name, progress=progress)
     table = {name: {key: runs[name][key] for key in HEADLINE} for name in names}
     summary = {"scenario": sc.name, "seed": sc.seed, "duration_s": sc.duration_s,
                "controllers": names, "table": table, "runs": runs}
+    if grid is not None:
+        best = runs[best_static.NAME]
+        table[best_static.NAME]["static_setting"] = best["static_setting"]
+        vs = {name: best_static.ratio(runs[name]["incremental_value"],
+                                      best["incremental_value"])
+              for name in names if name != best_static.NAME}
+        for name, value in vs.items():
+            table[name]["value_vs_best_static"] = value
+        summary["value_vs_best_static"] = vs
+        summary["best_static"] = best["best_static"]
     (out / "summary.json").write_text(dump_json(summary), encoding="utf-8")
-    write_report(out, sc, names, table)
+    write_report(out, sc, names, table, grid=grid)
     return summary
 
 
@@ -75,7 +107,8 @@ def _timeline(path: Path) -> list[dict[str, str]]:
 
 
 def write_report(out: Path, sc: Scenario, names: Sequence[str],
-                 table: dict[str, dict[str, Any]]) -> Path:
+                 table: dict[str, dict[str, Any]], *,
+                 grid: best_static.Grid | None = None) -> Path:
     """Plots per region (p99 vs SLA, targets, coverage, capacity, value) and report.html."""
     from streams.replay_report import bar_plot, html_page, line_plot
 
@@ -120,6 +153,16 @@ def write_report(out: Path, sc: Scenario, names: Sequence[str],
              {n: float(table[n]["baseline_sla_violation_windows"]) for n in names}, "windows")
     images[:0] = ["incremental_value.png", "sla_violations.png"]
     notes = [sc.description] if sc.description else []
+    if grid is not None:
+        setting = table[best_static.NAME]["static_setting"]
+        notes.append(
+            f"{best_static.NAME}: static targets swept over extra candidates "
+            f"{list(grid.extra_candidates)} x coverage {list(grid.coverage)} (and 0, 0); the "
+            f"most valuable run with no baseline SLA-violation window and no rejected baseline "
+            f"request was extra_candidates={setting['extra_candidates']}, "
+            f"coverage={setting['coverage']:g} (runs in {best_static.NAME}/sweep/). "
+            f"value_vs_best_static: a controller's incremental value over {best_static.NAME}'s "
+            f"(empty when that is 0).")
     if any(r.arrivals.kind == "trace" and r.arrivals.path and "Azure" in r.arrivals.path
            for r in sc.regions):
         from sim.traces import AZURE_ATTRIBUTION

@@ -54,10 +54,13 @@ class ArrivalsConfig(_Config, frozen=True, kw_only=True):
     ``mean_rps`` by cumulative rounding (at the trace's own rate every arrival is kept, exactly).
     ``rates``: a CSV of (time, rate) rows, held until the next row, scaled to ``mean_rps``,
     Poisson within each step. Traces longer than the scenario are cut at ``offset_s``; shorter
-    ones repeat.
+    ones repeat. ``onoff``: synthetic bursts, seeded by the scenario's seed: quiet (off) and
+    burst (on) periods alternate with heavy-tailed (Pareto) lengths of at least ``off_min_s``
+    and ``on_min_s`` (bursts cut at ``on_max_s``); a burst runs at ``peak_to_mean`` times
+    ``mean_rps`` and the quiet rate is what keeps the mean at ``mean_rps``; Poisson per step.
     """
 
-    kind: Literal["constant", "diurnal", "trace", "rates"] = "constant"
+    kind: Literal["constant", "diurnal", "trace", "rates", "onoff"] = "constant"
     mean_rps: Positive = 40.0
     path: str | None = None
     time_column: str = "TIMESTAMP"
@@ -68,6 +71,17 @@ class ArrivalsConfig(_Config, frozen=True, kw_only=True):
     peak_to_trough: Annotated[float, Meta(ge=1.0)] = 3.0
     period_s: Positive = 86_400.0
     peak_at_s: NonNeg = 50_400.0
+    peak_to_mean: Annotated[float, Meta(ge=1.0)] = 25.0
+    on_min_s: Positive = 0.5
+    on_max_s: Positive = 5.0
+    off_min_s: Positive = 20.0
+    pareto_shape: Annotated[float, Meta(gt=1.0)] = 1.5
+    """Tail index of the on and off lengths (smaller: heavier tail; above 1 for a finite
+    mean)."""
+
+    def __post_init__(self) -> None:
+        if self.on_max_s < self.on_min_s:
+            raise ValueError("arrivals: on_max_s must be >= on_min_s")
 
 
 class ReclaimsConfig(_Config, frozen=True, kw_only=True):
@@ -231,9 +245,24 @@ class NaiveConfig(_Config, frozen=True, kw_only=True):
     value_threshold: float = 0.7
 
 
+class BestStaticConfig(_Config, frozen=True, kw_only=True):
+    """``best-static`` (``--compare`` only): ``static`` swept over a grid of extra candidates x
+    coverage; the best run with no baseline SLA-violation window and no rejected baseline
+    request is the bar an adaptive controller must clear (see ``sim.best_static``). The point
+    (0, 0), no optional work, is always run."""
+
+    extra_candidates: list[Annotated[int, Meta(ge=0, le=10_000)]] = []
+    """Empty: 0, 1/8, 1/4, 1/2 and all of ``control.rma.max_extra_candidates``."""
+    coverage: list[Share] = []
+    """Empty: 0, 1/4, 1/2 and all of ``control.sbm.max_coverage``."""
+    budget_units_per_s: NonNeg = 1e9
+    """The RMA budget every run issues (default: no limit, as ``greedy``)."""
+
+
 class ControllersConfig(_Config, frozen=True, kw_only=True):
     static: StaticConfig = StaticConfig()
     naive: NaiveConfig = NaiveConfig()
+    best_static: BestStaticConfig = BestStaticConfig()
 
 
 class WorkerConfig(_Config, frozen=True, kw_only=True):

@@ -16,16 +16,24 @@ def simulate(
     out: Annotated[Path, typer.Option(
         help="Output directory: events.jsonl.zst, timeline.csv, summary.json.")],
     controller: Annotated[str, typer.Option(
-        help="surplus (alias pid), static, greedy, naive or off.")] = "surplus",
+        help="surplus (alias pid), static, greedy, naive, off, or best-static (static swept "
+             "over a grid, the best safe run kept).")] = "surplus",
     compare: Annotated[str | None, typer.Option(
         help="Comma-separated controllers to run side by side, e.g. "
-             "surplus,naive,static,greedy (writes a table, plots and report.html).")] = None,
+             "surplus,naive,static,greedy,best-static (writes a table, plots and "
+             "report.html; with best-static, value_vs_best_static).")] = None,
+    static_grid: Annotated[str | None, typer.Option(
+        help="best-static's grid, e.g. 'extra=0,8,16,32 coverage=0,0.1,0.2' [budget=B] "
+             "(default: the scenario's [controllers.best_static]).")] = None,
+    jobs: Annotated[int, typer.Option(
+        help="Processes for best-static's sweep.", min=1)] = 2,
     seed: Annotated[int | None, typer.Option(help="Override the scenario's seed.")] = None,
     duration: Annotated[float | None, typer.Option(
         help="Override the scenario's duration (seconds).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress line.")] = False,
 ) -> None:
     """Simulate a fleet under a controller; --compare runs several on the same requests."""
+    from sim.best_static import parse_grid
     from sim.run import HEADLINE
     from sim.run import compare as run_compare
     from sim.run import simulate as run_one
@@ -34,18 +42,24 @@ def simulate(
     if duration is not None and duration <= 0:
         fail(f"--duration must be > 0, got {duration}")
     try:
+        grid = parse_grid(static_grid) if static_grid else None
         if compare:
             names = [c.strip() for c in compare.split(",") if c.strip()]
             summary = run_compare(scenario, names, out, duration_s=duration, seed=seed,
-                                  progress=not quiet)
+                                  progress=not quiet, static_grid=grid, jobs=jobs)
+            width = max(len(name) for name in summary["controllers"])
             for name in summary["controllers"]:
                 row = summary["table"][name]
-                typer.echo(f"{name:8s} " + ", ".join(f"{k}={row[k]}" for k in HEADLINE[:5]))
+                extra = [k for k in ("value_vs_best_static", "static_setting") if k in row]
+                typer.echo(f"{name:{width}s} " + ", ".join(
+                    f"{k}={row[k]}" for k in (*HEADLINE[:5], *extra)))
             typer.echo(f"report: {out / 'report.html'}")
             return
         result = run_one(scenario, controller, out, duration_s=duration, seed=seed,
-                         progress=not quiet)
+                         progress=not quiet, static_grid=grid, jobs=jobs)
     except (ScenarioError, ValueError, OSError) as exc:
         fail(str(exc))
     typer.echo(", ".join(f"{k}={result[k]}" for k in HEADLINE))
+    if "static_setting" in result:
+        typer.echo(f"static_setting={result['static_setting']}")
     typer.echo(f"summary: {out / 'summary.json'}; event log: {out / result['log']}")

@@ -78,3 +78,30 @@ def test_simulate_one_controller_and_a_comparison(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     table = json.loads((tmp_path / "cmp" / "summary.json").read_text())["table"]
     assert set(table) == {"surplus", "off"} and table["off"]["incremental_value"] == 0.0
+
+
+def test_compare_against_the_best_static_setting(tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    result = runner.invoke(app, ["simulate", "preemption_storm", "--compare",
+                                 "surplus,best-static", "--out", str(out), "--duration", "10",
+                                 "--static-grid", "extra=0,50 coverage=0", "--jobs", "1",
+                                 "--quiet"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    table, best = summary["table"], summary["best_static"]
+    assert set(table) == {"surplus", "best-static"}
+    assert [(r["extra_candidates"], r["coverage"]) for r in best["sweep"]] == [(0, 0.0),
+                                                                                (50, 0.0)]
+    setting = table["best-static"]["static_setting"]
+    assert (setting["extra_candidates"], setting["coverage"]) == (
+        best["chosen"]["extra_candidates"], best["chosen"]["coverage"])
+    assert table["best-static"]["incremental_value"] == best["chosen"]["incremental_value"] > 0
+    ratio = table["surplus"]["incremental_value"] / table["best-static"]["incremental_value"]
+    assert table["surplus"]["value_vs_best_static"] == pytest.approx(ratio, abs=1e-6)
+    assert summary["value_vs_best_static"] == {"surplus": table["surplus"][
+        "value_vs_best_static"]}
+    assert "value_vs_best_static=" in result.output and "static_setting=" in result.output
+    page = (out / "report.html").read_text()
+    assert "value_vs_best_static" in page and "best-static/sweep/" in page
+    _fails_with(["simulate", "preemption_storm", "--compare", "surplus,best-static", "--out",
+                 str(tmp_path / "bad"), "--static-grid", "extra=lots"], "--static-grid")
