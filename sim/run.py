@@ -4,8 +4,9 @@
 ``surplus replay``), ``timeline.csv`` (one row per region and SLA window) and ``summary.json``.
 ``compare`` runs several controllers on the same scenario (same seed, so the same requests)
 into one subdirectory each, and adds a table (``summary.json``), plots (PNG) and
-``report.html``. Result files never hold wall-clock times: the same scenario, seed and
-controller give byte-identical files.
+``report.html``; ``best-static`` (``sim.best_static``) is the static controller swept over a
+grid, the best safe run kept, and adds ``value_vs_best_static`` to the other rows. Result files
+never hold wall-clock times: the same scenario, seed and controller give byte-identical files.
 """
 
 from __future__ import annotations
