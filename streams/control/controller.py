@@ -229,8 +229,11 @@ class ScopeController:
             rma = msgspec.structs.replace(rma, limited_by="capacity")
         elif self._observed.ranking_rps <= 0 and rma.limited_by == "hold":
             rma = msgspec.structs.replace(rma, limited_by="demand")
+        # SBM's share too small for a judgeable window while the traffic itself is judged
+        starved = (any(w.enough_samples for w in stats if w.model == "baseline")
+                   and self._sbm.coverage * self._observed.total_rps * dt_s < cfg.min_samples)
         self._sbm.step(stats, allocation.sbm_accel_units, self._observed.total_rps, sbm_rate,
-                       ceiling=None if ceiling is None else ceiling[1])
+                       ceiling=None if ceiling is None else ceiling[1], starved=starved)
         sbm = self._sbm.target(self._segments)
         return self._emit(now_ms, rma, sbm, "period" if ceiling is None else "restart")
 

@@ -9,7 +9,9 @@ after their grant is gone do not count. Coverage rises by at most ``max_increase
 per period, falls to the capacity bound at once, and is trimmed multiplicatively while the
 powerful pools' p99 exceeds their own SLA. No powerful capacity means zero coverage. Without
 enough latency samples coverage holds, except at zero: a pool that is sent nothing reports
-no latency, so holding there would never start; one probing step is taken instead.
+no latency, so holding there would never start; one probing step is taken instead. Likewise a
+coverage too small for a period to gather enough samples at the traffic seen steps up, as long
+as none of the few samples it got was over the SLA.
 
 ``SegmentEstimator`` learns, per segment, how much better the powerful model's outcomes are
 than the baseline's: a Normal-Normal posterior per (segment, model) whose prior is the model's
@@ -68,16 +70,24 @@ class SbmPolicy:
         return min(self.config.max_coverage, self.config.headroom * serviceable / request_rps)
 
     def step(self, stats: list[WindowStats], sbm_accel_units: float, request_rps: float,
-             rps_per_accel_unit: float, *, ceiling: float | None = None) -> float:
-        """New coverage. ``stats`` may hold every window; only powerful pools are read."""
+             rps_per_accel_unit: float, *, ceiling: float | None = None,
+             starved: bool = False) -> float:
+        """New coverage. ``stats`` may hold every window; only powerful pools are read.
+        ``starved``: at this coverage and traffic a period cannot gather enough samples."""
         cfg = self.config
         serviceable = serviceable_rps(stats, sbm_accel_units, rps_per_accel_unit)
         cap = self.cap(serviceable, request_rps)
-        judged = [w.p99_ms for w in stats if w.model == "powerful" and w.enough_samples]
+        powerful = [w for w in stats if w.model == "powerful"]
+        judged = [w.p99_ms for w in powerful if w.enough_samples]
+        few = [w.p99_ms for w in powerful if not w.enough_samples and w.samples > 0]
         why: LimitReason
         if cap is None:
             cap = min(self.coverage, cfg.max_coverage)
-        if not judged and self.coverage > 0:
+        if not judged and starved and not (few and max(few) > cfg.sla_p99_ms):
+            # This coverage cannot bring a period enough samples to judge: holding would
+            # hold for ever, as at zero. Step up while no request it got was over the SLA.
+            wanted, why = self.coverage + cfg.max_increase_per_period, "sla"
+        elif not judged and self.coverage > 0:
             wanted, why = self.coverage, "hold"                 # no evidence: hold
         elif not judged:  # at zero coverage no latency can exist: probe one step
             wanted, why = cfg.max_increase_per_period, "sla"

@@ -140,3 +140,13 @@ def test_estimator_state_round_trips() -> None:
     feed(est, "a", "powerful", [0.5])
     feed(again, "a", "powerful", [0.5])
     assert again.state == est.state
+
+
+def test_a_coverage_too_small_to_gather_samples_steps_up_unless_a_sample_was_slow() -> None:
+    policy = SbmPolicy(msgspec.structs.replace(CONFIG, max_increase_per_period=0.02),
+                       SbmState(coverage=0.02))
+    assert policy.step([powerful(1000.0, enough=False)], 40.0, 1000.0, 25.0,
+                       starved=True) == pytest.approx(0.04)
+    assert policy.step([powerful(1000.0, p99_ms=300.0, enough=False)], 40.0, 1000.0, 25.0,
+                       starved=True) == pytest.approx(0.04)
+    assert policy.limited_by == "hold"
