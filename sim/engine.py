@@ -47,7 +47,7 @@ from sim.schedule import CAPACITY_STREAM, Action, Outbox, build, replica_id
 from sim.traces import arrival_counts
 from sim.worker import BASE, OPT, WHOLE, NormalBlock, Request, SimWorker
 from streams.eventlog import EventLogWriter, make_event
-from streams.replay import Progress
+from streams.replay_output import Progress
 
 
 @dataclass

@@ -58,7 +58,7 @@ from streams.eventlog import (
     EventLogWriter,
     read_events,
 )
-from streams.replay import Progress
+from streams.replay_output import Progress
 
 ProgressHook = Callable[[str], None]
 

@@ -76,7 +76,7 @@ def test_late_events_apply_at_the_last_tick_and_lying_keys_are_rejected() -> Non
     driver.feed(make_event(start + 26_000, "telemetry", "us1", report(RANK_BASE_POOL)))
     assert driver.ticks == 2 and driver.late == 1
     assert driver.rejected == {"key_mismatch": 1}
-    assert driver.n_telemetry == 4
+    assert driver.by_topic == {"telemetry": 4}
 
 
 def test_replay_drives_the_same_controller_as_live(tmp_path: Path) -> None:
