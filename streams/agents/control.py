@@ -20,7 +20,7 @@ import asyncio
 import base64
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import faust
@@ -29,27 +29,18 @@ from prometheus_client import start_http_server
 
 from schemas.clock import wall_ms
 from schemas.codec import ContractError, decode, decode_telemetry, encode
-from schemas.contract import (
-    CapacityEvent,
-    ControlTargets,
-    DeadLetter,
-    PreemptionNotice,
-    RoutingOutcome,
-)
+from schemas.contract import ControlTargets, DeadLetter, Event
 from schemas.kafka_config import KafkaSettings
 from schemas.signing import sign
-from schemas.sketch import SketchMismatch
 from streams.agents.changelog import read_changelog
 from streams.agents.metrics import Metrics
 from streams.control.config import ControlConfig
-from streams.control.controller import ScopeMismatch
-from streams.control.windows import TooManyPools
+from streams.control.controller import ScopeController
+from streams.control.dispatch import INPUTS, RULES, Rejected, Rule, dispatch_all
 from streams.scopes import ScopeRegistry
 from streams.settings import ControlPlaneSettings
 
 log = logging.getLogger(__name__)
-
-INPUTS = ("telemetry", "capacity", "preemption", "outcomes")
 
 
 class Tick(msgspec.Struct, frozen=True):
@@ -93,9 +84,9 @@ class ControlPlane:
                               registry=self.metrics.registry)
 
     def _input_agent(self, logical: str) -> Callable[[faust.StreamT], Awaitable[None]]:
-        """The agent of one input topic: decode, check the scope, hand to its controller."""
-        handle = {"telemetry": self._on_telemetry, "capacity": self._on_capacity,
-                  "preemption": self._on_preemption, "outcomes": self._on_outcome}[logical]
+        """The agent of one input topic: decode, then the rulebook (``streams.control.dispatch``):
+        check the key against the scope, hand to its controller, persist and publish."""
+        rule = RULES[logical]
         events = self.metrics.events.labels(logical)
 
         async def agent(stream: faust.StreamT) -> None:
@@ -106,50 +97,29 @@ class ControlPlane:
                     await self._restored(message.partition)
                 scope = event.key.decode(errors="replace") if event.key else ""
                 try:
-                    await handle(scope, event.value, message.partition)
+                    await self._on_input(rule, scope, event.value, message.partition)
                 except ContractError as exc:
                     await self._dead_letter(message, exc.reason)
-                except (SketchMismatch, TooManyPools, ScopeMismatch) as exc:
-                    await self._dead_letter(message, f"{type(exc).__name__}: {exc}")
+                except Rejected as exc:
+                    await self._dead_letter(message, str(exc), label=exc.reason)
 
         agent.__name__ = agent.__qualname__ = f"{logical}_agent"
         return agent
 
-    async def _on_telemetry(self, scope: str, value: bytes, partition: int) -> None:
-        reports = decode_telemetry(value)
-        for report in reports:
-            self._check_scope(scope, report.region)
-        controller = self.registry.get(scope, partition).controller
-        ts = wall_ms()
-        for report in reports:
-            controller.on_report(report, ts)
-        self.metrics.reports.inc(len(reports))
+    async def _on_input(self, rule: Rule, scope: str, value: bytes, partition: int) -> None:
+        values: Sequence[Event] = (decode_telemetry(value) if rule.topic == "telemetry"
+                                   else (decode(rule.value_type, value),))
 
-    async def _on_capacity(self, scope: str, value: bytes, partition: int) -> None:
-        event = decode(CapacityEvent, value)
-        self._check_scope(scope, event.region)
-        self.registry.get(scope, partition).controller.on_capacity(event, wall_ms())
-        await self._save(scope)
+        def controller_for(key: str) -> ScopeController:
+            return self.registry.get(key, partition).controller
 
-    async def _on_preemption(self, scope: str, value: bytes, partition: int) -> None:
-        """The fast path: clamped targets now, not at the next period."""
-        notice = decode(PreemptionNotice, value)
-        self._check_scope(scope, notice.region)
-        controller = self.registry.get(scope, partition).controller
-        targets = controller.on_preemption(notice, wall_ms())
-        await self._save(scope)
-        await self._publish(targets)
-
-    async def _on_outcome(self, scope: str, value: bytes, partition: int) -> None:
-        outcome = decode(RoutingOutcome, value)
-        self._check_scope(scope, outcome.scope)
-        self.registry.get(scope, partition).controller.on_outcome(outcome, wall_ms())
-
-    @staticmethod
-    def _check_scope(key: str, scope: str) -> None:
-        """The key decides the partition, so a key that lies about the scope is refused."""
-        if key != scope:
-            raise ContractError("key", f"message key {key!r} does not match scope {scope!r}")
+        published = dispatch_all(rule, scope, values, controller_for, wall_ms())
+        if rule.topic == "telemetry":
+            self.metrics.reports.inc(len(values))
+        if rule.durable:
+            await self._save(scope)  # before publishing: an epoch on the wire is never reused
+        for targets in published:
+            await self._publish(targets)
 
     async def _ticks_agent(self, stream: faust.StreamT) -> None:
         async for event in stream.events():
@@ -194,9 +164,9 @@ class ControlPlane:
         self.metrics.extra.labels(targets.scope).set(targets.rma.extra_candidates)
         self.metrics.coverage.labels(targets.scope).set(targets.sbm.coverage)
 
-    async def _dead_letter(self, message: Any, reason: str) -> None:
+    async def _dead_letter(self, message: Any, reason: str, label: str | None = None) -> None:
         logical = self.names.get(message.topic, message.topic)
-        self.metrics.rejected.labels(logical, reason.split(" ")[0][:40]).inc()
+        self.metrics.rejected.labels(logical, (label or reason.split(" ")[0])[:40]).inc()
         letter = DeadLetter(
             ts_ms=wall_ms(), source_topic=message.topic, partition=message.partition,
             offset=message.offset, reason=reason[:2000],
