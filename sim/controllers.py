@@ -1,8 +1,9 @@
 """Control planes the simulator can run, selected by name.
 
 - ``surplus``: the real control core (``ScopeController`` per region) driven through
-  ``streams.replay.ControlDriver``, the same driver offline replay uses, so replaying the
-  simulation's own log reproduces its targets exactly;
+  ``streams.replay.ControlDriver``, the same driver offline replay uses (and the same rulebook,
+  ``streams.control.dispatch``, as the live agents), so replaying the simulation's own log
+  reproduces its targets exactly;
 - ``static``: fixed targets from the scenario, re-issued every period (default: none);
 - ``greedy``: always the maximum optional work the control config allows;
 - ``naive``: the textbook loop a team writes first: multiply extra candidates by 1.1 when the
@@ -24,6 +25,7 @@ from schemas.contract import ControlTargets, RmaTarget, SbmTarget
 from sim.scenario import NaiveConfig, StaticConfig
 from streams.control.config import ControlConfig
 from streams.control.controller import ScopeController
+from streams.control.dispatch import RULES
 from streams.control.windows import WindowSet, WindowStats
 from streams.eventlog import AnyEvent, TelemetryEvent
 from streams.replay import ControlDriver
@@ -31,6 +33,7 @@ from streams.replay import ControlDriver
 CONTROLLERS = ("surplus", "static", "greedy", "naive", "off")
 ALIASES = {"pid": "surplus"}
 GREEDY_BUDGET = 1e9
+TELEMETRY = RULES["telemetry"]
 
 
 class ControlPlane:
@@ -140,8 +143,11 @@ class NaivePlane(GridPlane):
                         for r in self.regions}
 
     def observe(self, event: AnyEvent) -> None:
-        if type(event) is TelemetryEvent and event.value.region in self.windows:
-            self.windows[event.value.region].add(event.value)
+        """Reports of its regions, keyed as the rulebook demands (a lying key is passed by)."""
+        if type(event) is TelemetryEvent:
+            region = TELEMETRY.scope(event.value)
+            if event.key == region and region in self.windows:
+                self.windows[region].add(event.value)
 
     def _decide(self, region: str, tick: int) -> tuple[RmaTarget, SbmTarget]:
         stats = [w for w in self.windows[region].close(tick) if w.model == "baseline"]
