@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
@@ -272,6 +272,9 @@ class WorkerConfig(_Config, frozen=True, kw_only=True):
     """``initial_ms_per_unit`` is replaced by each replica set's true cost per unit (a worker
     that has warmed up); everything else applies as written."""
     limits: LocalLimits = LocalLimits()
+    model: dict[str, Any] = {}
+    """A live run's ``[model.config]`` for its workers (sizes of the reference models; checked
+    by the worker at start). The simulator's cost of a unit is each pool's ``units_per_s``."""
 
 
 class ClientConfigPart(_Config, frozen=True, kw_only=True):

@@ -160,9 +160,7 @@ class ControlPlane:
         if self.signing_key is not None:
             targets = sign(targets, self.signing_key)
         await self.targets.send(key=targets.scope.encode(), value=encode(targets))
-        self.metrics.targets.labels(targets.scope, targets.reason).inc()
-        self.metrics.extra.labels(targets.scope).set(targets.rma.extra_candidates)
-        self.metrics.coverage.labels(targets.scope).set(targets.sbm.coverage)
+        self.metrics.observe_targets(targets)
 
     async def _dead_letter(self, message: Any, reason: str, label: str | None = None) -> None:
         logical = self.names.get(message.topic, message.topic)

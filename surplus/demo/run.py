@@ -235,7 +235,9 @@ class Demo:
         ranking = sum(1 for r in self.replicas if r.model == "baseline")
         tree = {"budget_share": round(1.0 / max(1, ranking), 6),
                 "model": {"threads": 1, "warmup_rows": self.region.base_candidates
-                          + self.region.max_extra_candidates},
+                          + self.region.max_extra_candidates,
+                          **({"config": dict(self.scenario.worker.model)}
+                             if self.scenario.worker.model else {})},
                 "batching": {"max_wait_ms": 1.0},
                 "admission": _builtins(self.scenario.worker.admission),
                 "limits": _builtins(self.scenario.worker.limits)}

@@ -1,0 +1,31 @@
+"""The control plane's Prometheus series say what limits each lever (no broker needed)."""
+
+from __future__ import annotations
+
+from schemas.contract import ControlTargets, RmaTarget, SbmTarget
+from streams.agents.metrics import Metrics
+
+
+def _targets(rma_why: str, sbm_why: str) -> ControlTargets:
+    return ControlTargets(scope="eu1", epoch=1, issued_at_ms=0, ttl_ms=1000,
+                          rma=RmaTarget(extra_candidates=8, budget_units_per_s=400.0,
+                                        limited_by=rma_why),  # type: ignore[arg-type]
+                          sbm=SbmTarget(coverage=0.2, limited_by=sbm_why))  # type: ignore[arg-type]
+
+
+def _value(metrics: Metrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def test_each_lever_shows_one_limiting_reason_and_counts_targets_by_it() -> None:
+    metrics = Metrics()
+    metrics.observe_targets(_targets("budget", "sla"))
+    metrics.observe_targets(_targets("sla", "sla"))
+    assert _value(metrics, "surplus_control_limited_by", scope="eu1", lever="rma",
+                  reason="sla") == 1.0
+    assert _value(metrics, "surplus_control_limited_by", scope="eu1", lever="rma",
+                  reason="budget") == 0.0
+    assert _value(metrics, "surplus_control_limited_targets_total", scope="eu1", lever="sbm",
+                  reason="sla") == 2.0
+    assert _value(metrics, "surplus_control_rma_budget_units_per_s", scope="eu1") == 400.0
+    assert _value(metrics, "surplus_control_extra_candidates", scope="eu1") == 8.0
