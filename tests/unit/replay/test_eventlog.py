@@ -46,7 +46,7 @@ def test_line_has_the_documented_field_order() -> None:
 def _log_with_bad_lines(path: Path) -> None:
     good = encode_line(T0, "telemetry", REGION, report())
     bad_type = good.replace(b'"requests":100', b'"requests":"100"')
-    bad_version = good.replace(b'"v":1', b'"v":7')
+    bad_version = good.replace(b'"v":2', b'"v":7')
     path.write_bytes(good + bad_type + b"\n" + b"not json\n" + bad_version
                      + b'{"ts":1,"topic":"gossip","key":null,"value":{}}\n' + good)
 
