@@ -236,8 +236,6 @@ class Simulation:
                     meter.update(f"{k * self.step_ms / 1000:,.0f}/{self.sc.duration_s:,.0f} s "
                                  f"simulated")
             self._boundary(self.steps)
-            for action in self.outbox.closing(self.sc.duration_ms):
-                self._send(action, self.t0 + self.sc.duration_ms)
             for targets in self.plane.finish():
                 self._emit(targets)
         meter.done(f"{self.sc.duration_s:,.0f} s simulated, {self.events_published:,} events "
@@ -255,6 +253,9 @@ class Simulation:
                     self._publish(t, "telemetry", state.config.name, worker.report(t))
         if k < self.steps:
             self._capacity(k, t)
+        else:  # the end: revoke what is still lent, before the last tick (as replay orders it)
+            for action in self.outbox.closing(self.sc.duration_ms):
+                self._send(action, t)
         for targets in self.plane.advance(t):
             self._emit(targets)
 
