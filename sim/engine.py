@@ -475,6 +475,9 @@ class Simulation:
         if action.kind == "grant" and action.replicas > pool.lent:
             self._lend(state, pool, action.replicas - pool.lent, t)
             changed = True
+        elif action.kind == "notice" and action.repeat:
+            assert isinstance(message, PreemptionNotice)
+            self._announce(message)
         elif action.kind == "notice":
             assert isinstance(message, PreemptionNotice)
             self._reclaim(state, pool, action.replicas, message)
@@ -515,6 +518,11 @@ class Simulation:
             worker.draining_deadline_ms = notice.deadline_ms
             state.draining.append(worker)
             self._schedule(notice.deadline_ms, "evict", (state.config.name, worker))
+        self._announce(notice)
+
+    def _announce(self, notice: PreemptionNotice) -> None:
+        """The notice reaches the replicas it names after a (modelled) delivery delay."""
+        t = notice.ts_ms
         assert self.metrics is not None
         self.metrics.notice_issued(t)
         delay = float(self.rng_delays.uniform(self.sc.delays.notice_min_ms,

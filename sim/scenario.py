@@ -142,6 +142,10 @@ class PoolConfig(_Config, frozen=True, kw_only=True):
     cpu_per_replica: NonNeg = 4.0
     grant_every_s: Positive = 10.0
     grant_ttl_s: Positive = 30.0
+    notice_repeat_s: NonNeg = 0.0
+    """The scheduler re-announces a pending reclaim this often until its deadline (a fresh
+    notice id, the same deadline), as a cloud's interruption notice stays posted until the
+    machine goes; 0: announced once."""
 
     def __post_init__(self) -> None:
         if len(self.latency_curve) < 2:

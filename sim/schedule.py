@@ -14,7 +14,8 @@ Rules (what a real capacity scheduler promises):
 - more replicas lent -> a grant at the new size, renewed every ``grant_every_s`` and valid for
   ``grant_ttl_s``, so a silent scheduler means less optional work, never more;
 - fewer replicas -> a PreemptionNotice first (the newest replicas by id, or the whole pool,
-  with the outage's notice), then a grant at the smaller size at once, or, when nothing is
+  with the outage's notice; re-announced every ``notice_repeat_s`` until its deadline when the
+  pool says so), then a grant at the smaller size at once, or, when nothing is
   left, a revoke at the notice's deadline (the moment the replicas are really gone);
 - end of the run -> every pool still lent is revoked (``Outbox.closing``).
 
@@ -76,6 +77,8 @@ class Action:
     notice_ms: int = 0
     named: tuple[str, ...] = ()
     """Replica ids a partial notice reclaims (empty: the whole pool)."""
+    repeat: bool = False
+    """A re-announcement of a notice already sent: those replicas are already leaving."""
 
     @property
     def topic(self) -> str:
@@ -152,8 +155,9 @@ def _pool_actions(scenario: Scenario, base_dir: Path, region: str, pool: PoolCon
             notice_ms = notice_at.get(k, round(cap.notice_s * 1000))
             named = () if want == 0 else tuple(replica_id(region, pool, i)
                                                for i in range(want, lent))
-            out.append(dataclasses.replace(grant, at_ms=t, kind="notice", replicas=lent - want,
-                                           ttl_ms=0, notice_ms=notice_ms, named=named))
+            notice = dataclasses.replace(grant, at_ms=t, kind="notice", replicas=lent - want,
+                                         ttl_ms=0, notice_ms=notice_ms, named=named)
+            out.extend(_announcements(notice, round(pool.notice_repeat_s * 1000)))
             if want == 0:
                 out.append(grant.revoke(t + notice_ms))
         if want != lent or (want and t >= renew_at):
@@ -162,6 +166,16 @@ def _pool_actions(scenario: Scenario, base_dir: Path, region: str, pool: PoolCon
                 renew_at = t + every_ms
             lent = want
     return out
+
+
+def _announcements(notice: Action, repeat_ms: int) -> list[Action]:
+    """A notice, and its re-announcements every ``repeat_ms`` until its deadline (each with
+    the notice left, so every one names the same deadline)."""
+    if repeat_ms <= 0:
+        return [notice]
+    return [dataclasses.replace(notice, at_ms=notice.at_ms + dt, notice_ms=notice.notice_ms - dt,
+                                repeat=dt > 0)
+            for dt in range(0, notice.notice_ms, repeat_ms)]
 
 
 def first_grant_s(actions: list[Action]) -> float | None:

@@ -96,3 +96,18 @@ def test_the_simulator_publishes_exactly_the_schedules_messages(tmp_path: Path) 
     assert published == want
     assert (41_250, "revoke") in [(a.at_ms, a.kind) for a in sent]
     assert [a.kind for a in closing] == ["revoke"]
+
+
+def test_a_pool_may_re_announce_a_reclaim_until_its_deadline(tmp_path: Path) -> None:
+    from tests.unit.sim.helpers import LENT
+
+    text = LENT.replace("cpu_per_replica = 4.0", "cpu_per_replica = 4.0\nnotice_repeat_s = 0.25")
+    actions = schedule.build(*lent_scenario(tmp_path, text))
+    storm = [a for a in actions if 40_000 <= a.at_ms < 50_000]
+    assert [(a.at_ms, a.kind) for a in storm] == [
+        (40_000, "notice"), (40_250, "notice"), (40_500, "notice"), (40_750, "notice"),
+        (41_000, "revoke")]
+    assert {a.at_ms + a.notice_ms for a in storm[:4]} == {41_000}  # one deadline
+    outbox = schedule.Outbox()
+    ids = {outbox.stamp(a, 1_000 + a.at_ms).notice_id for a in storm[:4]}  # type: ignore[union-attr]
+    assert len(ids) == 4  # each a notice of its own, for the workers to act on
