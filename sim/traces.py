@@ -85,12 +85,46 @@ def arrival_counts(cfg: ArrivalsConfig, steps: int, step_ms: int, base: Path,
         rate = cfg.mean_rps * (1.0 + a * _cos(2 * math.pi * (t - cfg.peak_at_s)
                                               / cfg.period_s))
         return rng.poisson(rate * dt_s).astype(np.int64)
+    if cfg.kind == "onoff":
+        return rng.poisson(onoff_rate(cfg, steps, step_ms, rng) * dt_s).astype(np.int64)
     if cfg.path is None:
         raise ScenarioError(f"arrivals of kind {cfg.kind!r} need a path")
     path = resolve_data(cfg.path, base)
     if cfg.kind == "trace":
         return _trace_counts(path, cfg, steps, dt_s)
     return _rate_counts(path, cfg, t, dt_s, rng)
+
+
+def onoff_rate(cfg: ArrivalsConfig, steps: int, step_ms: int,
+               rng: np.random.Generator) -> np.ndarray:
+    """Requests/s of each step for heavy-tailed on/off bursts (see ``ArrivalsConfig``).
+
+    Off and on lengths are Pareto (``scale * (1 + Lomax(shape))``), the first period an off
+    one cut at a uniform point so that a run does not always start with a full quiet spell.
+    Bursts run at ``peak_to_mean * mean_rps``; the quiet rate is set from the drawn lengths so
+    that the mean over the run is ``mean_rps`` (zero, and everything scaled down to the mean,
+    if the bursts alone would carry more).
+    """
+    duration_ms = steps * step_ms
+    on = np.zeros(steps, dtype=bool)
+    t = -float(rng.uniform(0.0, 1.0)) * cfg.off_min_s * (1.0 + float(rng.pareto(cfg.pareto_shape)))
+    while True:
+        t += cfg.off_min_s * (1.0 + float(rng.pareto(cfg.pareto_shape)))
+        if t * 1000.0 >= duration_ms:
+            break
+        length = min(cfg.on_max_s, cfg.on_min_s * (1.0 + float(rng.pareto(cfg.pareto_shape))))
+        first = round(t * 1000.0 / step_ms)
+        last = max(round((t + length) * 1000.0 / step_ms), first + 1)
+        if last > 0:
+            on[max(first, 0):last] = True
+        t += length
+    peak = cfg.peak_to_mean * cfg.mean_rps
+    on_share = float(on.mean())
+    quiet = (cfg.mean_rps - peak * on_share) / (1.0 - on_share) if on_share < 1.0 else 0.0
+    rate = np.where(on, peak, max(quiet, 0.0))
+    if quiet < 0.0:
+        rate *= cfg.mean_rps / rate.mean()
+    return rate
 
 
 def _trace_counts(path: Path, cfg: ArrivalsConfig, steps: int, dt_s: float) -> np.ndarray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -73,6 +74,28 @@ def test_diurnal_arrivals_peak_where_asked() -> None:
     counts = arrival_counts(cfg, steps=24 * 60, step_ms=60_000, base=REPO, rng=_rng())
     hourly = counts.reshape(24, 60).sum(axis=1)
     assert int(np.argmax(hourly)) in (13, 14) and int(np.argmin(hourly)) in (1, 2)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_onoff_bursts_peak_at_20_to_30_times_the_mean_over_one_second(seed: int) -> None:
+    cfg = ArrivalsConfig(kind="onoff", mean_rps=40.0, peak_to_mean=25.0, on_min_s=1.0,
+                         on_max_s=5.0, off_min_s=30.0, pareto_shape=1.5)
+    counts = arrival_counts(cfg, steps=36_000, step_ms=100, base=REPO,
+                            rng=np.random.default_rng(seed))
+    per_s = counts.reshape(-1, 10).sum(axis=1)
+    assert per_s.mean() == pytest.approx(40.0, rel=0.05)
+    assert 20.0 <= per_s.max() / per_s.mean() <= 30.0
+    assert np.median(per_s) < per_s.mean()  # quiet most of the time, the mass in bursts
+    bursts = per_s > 10 * per_s.mean()
+    assert 5 <= int(np.sum(bursts[1:] & ~bursts[:-1])) <= 100  # bursts, again and again
+    again = arrival_counts(cfg, steps=36_000, step_ms=100, base=REPO,
+                           rng=np.random.default_rng(seed))
+    assert np.array_equal(counts, again)  # seeded
+
+
+def test_onoff_lengths_are_validated_by_name() -> None:
+    with pytest.raises(msgspec.ValidationError, match="on_max_s"):
+        msgspec.convert({"kind": "onoff", "on_min_s": 2.0, "on_max_s": 1.0}, ArrivalsConfig)
 
 
 def test_capacity_csv_filters_rows_by_region_and_accelerator(tmp_path: Path) -> None:
