@@ -12,6 +12,15 @@ opportunistic replica) waits in a value-ordered queue and is the only thing ever
   nothing optional is admitted until :meth:`Admission.resume`;
 - ``budget``: the optional-work rate would exceed the budget the control plane gave us.
 
+Bursts shorter than a control period are caught here, within milliseconds: admission meters
+the offered load (units admitted per ms) over a recent window and a settled one. While the
+baseline rate surges (recent over ``surge_ratio`` times settled), optional work yields to it:
+new optional work is admitted only while the recent offered load, baseline included, stays
+under the settled load the control loop has been running (``surge_load_factor``), or under
+``surge_floor_share`` of the replicas' throughput; queued optional work is shed, lowest value
+first, until it does (reason ``overload``). Optional work already in service runs out. The
+shedding level clients see is at least 1 during a surge, so they send less optional work.
+
 Every shed unit is counted by reason (invariant 4). Time comes in as integer milliseconds and
 nothing here reads a clock, so the fake-clock tests pin each rule exactly. Not thread-safe: the
 runtime wraps it in one lock.
@@ -60,11 +69,26 @@ class AdmissionConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     service_ewma_alpha: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.05
     #: The optional-work budget may be spent this many seconds ahead (token bucket depth).
     budget_burst_s: Annotated[float, Meta(gt=0.0, le=60.0)] = 1.0
+    #: Time constants of the recent and of the settled offered load (exponential windows).
+    surge_window_ms: PositiveMs = 100.0
+    settled_window_ms: PositiveMs = 30_000.0
+    #: Baseline surges while its recent rate is over this multiple of its settled rate ...
+    surge_ratio: Annotated[float, Meta(gt=1.0)] = 3.0
+    #: ... and at least this many baseline items arrived in the recent window (fewer are
+    #: chance, not a burst: at a few requests per second the recent window sees 0, 1 or 2).
+    surge_min_items: Annotated[float, Meta(ge=0.0)] = 8.0
+    #: During a surge, optional work may bring the recent offered load up to this multiple of
+    #: the settled offered load ...
+    surge_load_factor: Annotated[float, Meta(gt=0.0)] = 1.0
+    #: ... or up to this share of the replicas' throughput, whichever is more.
+    surge_floor_share: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.5
 
     def __post_init__(self) -> None:
         low, high = self.level_fractions
         if low >= high:
             raise ValueError(f"level_fractions must increase, got {list(self.level_fractions)}")
+        if self.surge_window_ms >= self.settled_window_ms:
+            raise ValueError("surge_window_ms must be shorter than settled_window_ms")
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +206,60 @@ class _TokenBucket:
             self.tokens = min(cap, self.tokens + self.rate_per_s * elapsed / 1000.0)
 
 
+class _LoadMeter:
+    """Offered load (units per ms) of baseline and of optional work over a recent and a
+    settled exponential window.
+
+    Each sum is divided by the weight of the time observed so far rather than by the window's
+    full weight, so a fresh meter reads the mean rate since it started instead of ramping up
+    from zero (a new worker is not mistaken for a surge).
+    """
+
+    __slots__ = ("base", "last_ms", "norm", "opt", "recent_items", "taus")
+
+    def __init__(self, recent_ms: float, settled_ms: float) -> None:
+        self.taus = (recent_ms, settled_ms)
+        self.base = [0.0, 0.0]
+        self.opt = [0.0, 0.0]
+        self.norm = [0.0, 0.0]
+        self.last_ms: int | None = None
+        #: Baseline items arrived in the recent window (exponentially weighted count).
+        self.recent_items = 0.0
+
+    def advance(self, now_ms: int) -> None:
+        last = self.last_ms
+        if last is None or now_ms < last:
+            self.last_ms = now_ms if last is None else last
+            return
+        dt = now_ms - last
+        if dt == 0:
+            return
+        for i, tau in enumerate(self.taus):
+            decay = math.exp(-dt / tau)
+            self.base[i] *= decay
+            self.opt[i] *= decay
+            self.norm[i] = self.norm[i] * decay + tau * (1.0 - decay)
+            if i == 0:
+                self.recent_items *= decay
+        self.last_ms = now_ms
+
+    def add(self, units: float, optional: bool) -> None:
+        """Units offered now (negative: optional work withdrawn before it was served)."""
+        sums = self.opt if optional else self.base
+        sums[0] = max(0.0, sums[0] + units)
+        sums[1] = max(0.0, sums[1] + units)
+        if not optional:
+            self.recent_items += 1.0
+
+    def rate(self, window: int, optional: bool | None = None) -> float:
+        """Units per ms over window 0 (recent) or 1 (settled): baseline, optional or (None)
+        both."""
+        norm = max(self.norm[window], 1.0)
+        if optional is None:
+            return (self.base[window] + self.opt[window]) / norm
+        return (self.opt if optional else self.base)[window] / norm
+
+
 class Admission(Generic[T]):
     """Two queues and the rules that shed optional work; see the module docstring.
 
@@ -210,6 +288,7 @@ class Admission(Generic[T]):
         self.service = ServiceModel(self.config.initial_ms_per_unit,
                                     self.config.service_ewma_alpha)
         self.in_flight_units = 0
+        self.load = _LoadMeter(self.config.surge_window_ms, self.config.settled_window_ms)
         self.preempted = False
         #: Why the last refused :meth:`admit_optional` call was refused (None after a success).
         self.last_refusal: ShedReason | None = None
@@ -223,6 +302,13 @@ class Admission(Generic[T]):
         self._baseline.append(Admitted(item, False, units, now_ms))
         self._baseline_units += units
         self.admitted_units["baseline"] += units
+        self.load.advance(now_ms)
+        self.load.add(units, optional=False)
+        # A surge: queued optional work yields the room it would take.
+        if self._optional_items and self.surging(now_ms):
+            ceiling = self.surge_ceiling()
+            while self._optional_items and self.load.rate(0) > ceiling:
+                self._shed(self._peek(self._by_low_value), REASON_OVERLOAD)
         # Baseline work lengthens the wait of everything optional behind it.
         self._enforce_delay_bound(now_ms)
 
@@ -244,6 +330,7 @@ class Admission(Generic[T]):
         self._optional_items += 1
         self._optional_units += units
         self.admitted_units["optional"] += units
+        self.load.add(units, optional=True)
         self._enforce_delay_bound(now_ms, newcomer=entry)
         if not entry.live:
             self.last_refusal = REASON_OVERLOAD
@@ -254,6 +341,9 @@ class Admission(Generic[T]):
             return REASON_PREEMPTION
         if deadline_ms <= now_ms:
             return REASON_DEADLINE
+        if self.surging(now_ms) and (self.load.rate(0) + units / max(self.load.norm[0], 1.0)
+                                     > self.surge_ceiling()):
+            return REASON_OVERLOAD
         if not self._budget.take(units, now_ms):
             return REASON_BUDGET
         return None
@@ -316,6 +406,23 @@ class Admission(Generic[T]):
         """Admit optional work again (the control plane has re-issued targets)."""
         self.preempted = False
 
+    # -- bursts ----------------------------------------------------------------------------------
+
+    def surging(self, now_ms: int) -> bool:
+        """Whether the baseline rate of the recent window is over ``surge_ratio`` times the
+        settled one (a burst the control loop has not seen yet)."""
+        load = self.load
+        load.advance(now_ms)
+        cfg = self.config
+        return load.recent_items >= cfg.surge_min_items and load.rate(
+            0, optional=False) > cfg.surge_ratio * load.rate(1, optional=False)
+
+    def surge_ceiling(self) -> float:
+        """Offered load (units per ms) a surge may reach with optional work in it."""
+        cfg = self.config
+        floor = cfg.surge_floor_share / max(self.service.per_unit_ms, 1e-12)
+        return max(cfg.surge_load_factor * self.load.rate(1), floor)
+
     # -- state -----------------------------------------------------------------------------------
 
     def predicted_delay_ms(self) -> float:
@@ -329,7 +436,8 @@ class Admission(Generic[T]):
         return max(self.predicted_delay_ms(), float(oldest))
 
     def shedding_level(self, now_ms: int) -> int:
-        """0 (all clear) .. 3 (send no optional work): queue delay against the bounds."""
+        """0 (all clear) .. 3 (send no optional work): queue delay against the bounds; at
+        least 1 while baseline surges (optional work is being held back: send less)."""
         if self.preempted:
             return MAX_LEVEL
         bound = self.config.max_queue_delay_ms
@@ -337,7 +445,10 @@ class Admission(Generic[T]):
         if delay >= bound:
             return 3
         low, high = self.config.level_fractions
-        return 2 if delay >= high * bound else 1 if delay >= low * bound else 0
+        level = 2 if delay >= high * bound else 1 if delay >= low * bound else 0
+        if level == 0 and self.surging(now_ms):
+            return 1
+        return level
 
     def oldest_enqueued_ms(self) -> int | None:
         """When the oldest queued work arrived (the batcher's wait is measured from it)."""
@@ -390,12 +501,14 @@ class Admission(Generic[T]):
                 self._remove(entry)
                 self.count_shed(REASON_OVERLOAD, entry.units)
                 self.admitted_units["optional"] -= entry.units
+                self.load.add(-entry.units, optional=True)
             else:
                 self._shed(entry, REASON_OVERLOAD)
 
     def _shed(self, entry: _Entry[T], reason: ShedReason) -> None:
         self._remove(entry)
         self.count_shed(reason, entry.units)
+        self.load.add(-entry.units, optional=True)  # offered, never served
         if self.on_shed is not None:
             self.on_shed(entry.item, reason)
 

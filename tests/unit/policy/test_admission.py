@@ -263,6 +263,105 @@ def test_baseline_work_is_not_charged_to_the_budget() -> None:
     assert adm.shed_units == {}
 
 
+# -- bursts: optional work yields to a baseline surge within milliseconds -----------------------
+
+# 0.01 ms per unit: 100 units/ms of throughput; no delay bound in the way, no floor unless asked.
+SURGE = AdmissionConfig(max_queue_delay_ms=10_000.0, initial_ms_per_unit=0.01,
+                        surge_floor_share=0.0)
+
+
+def quiet(adm: Admission[str], start: int, end: int, *, every_ms: int = 10,
+          optional_units: int = 9) -> list[bool]:
+    """Steady traffic (1 baseline unit and ``optional_units`` optional units every
+    ``every_ms``), served as it comes; returns whether each optional item was admitted."""
+    admitted = []
+    for t in range(start, end, every_ms):
+        adm.admit_baseline(f"b{t}", now_ms=t)
+        if optional_units:
+            admitted.append(adm.admit_optional(f"o{t}", 1.0, FAR, now_ms=t,
+                                               units=optional_units))
+        batch = adm.next_batch(10**6, now_ms=t)
+        adm.record_service(sum(w.units for w in batch), 0.1)
+    return admitted
+
+
+def test_steady_traffic_is_no_surge_and_optional_work_is_admitted() -> None:
+    adm, _ = make(SURGE)
+    assert all(quiet(adm, 0, 20_000))
+    assert not adm.surging(20_000)
+    assert adm.shed_units == {}
+
+
+def test_a_baseline_burst_stops_optional_admission_within_milliseconds() -> None:
+    adm, _ = make(SURGE)
+    quiet(adm, 0, 20_000)
+    # baseline at 10x its settled rate: one unit every millisecond
+    t = 20_000
+    while not adm.surging(t):
+        adm.admit_baseline(f"burst{t}", now_ms=t)
+        t += 1
+    assert t - 20_000 <= 30  # caught in tens of milliseconds, not a control period
+    assert adm.admit_optional("during", 1.0, FAR, now_ms=t, units=9) is False
+    assert adm.last_refusal == "overload"
+    assert adm.shed_units == {"overload": 9}
+    assert adm.shedding_level(t) == 1  # clients are told to send less
+    # the burst passes: optional work is admitted again and the level clears
+    assert all(quiet(adm, t + 1_000, t + 3_000)[-10:])
+    assert not adm.surging(t + 3_000)
+    assert adm.shedding_level(t + 3_000) == 0
+
+
+def test_during_a_surge_optional_work_keeps_the_load_at_the_settled_level() -> None:
+    adm, _ = make(SURGE)
+    quiet(adm, 0, 20_000, optional_units=29)  # settled: 3 units/ms offered
+    admitted = 0
+    for t in range(20_000, 20_500):  # baseline 1 unit/ms, optional offered at 29 units/ms
+        adm.admit_baseline(f"b{t}", now_ms=t)
+        admitted += adm.admit_optional(f"o{t}", 1.0, FAR, now_ms=t, units=29)
+        adm.record_service(sum(w.units for w in adm.next_batch(10**6, now_ms=t)), 0.1)
+    assert adm.surging(20_499)
+    assert adm.load.rate(0) <= 1.05 * adm.surge_ceiling()
+    assert 0 < admitted < 500 * 0.2  # the baseline took most of the room optional work had
+
+
+def test_queued_optional_work_yields_to_a_surge_lowest_value_first() -> None:
+    adm, shed = make(SURGE)
+    quiet(adm, 0, 20_000)
+    for i, value in enumerate([3.0, 1.0, 2.0]):
+        assert adm.admit_optional(f"q{value:.0f}", value, FAR, now_ms=20_000 + i, units=9)
+    t = 20_003
+    while len(shed) < 3 and t < 20_200:
+        adm.admit_baseline(f"burst{t}", now_ms=t, units=2)
+        t += 1
+    assert [item for item, _ in shed] == ["q1", "q2", "q3"]
+    assert {reason for _, reason in shed} == {"overload"}
+    assert adm.state(t).baseline_items == t - 20_003  # no baseline work lost
+
+
+def test_a_fresh_worker_and_a_few_close_requests_are_no_surge() -> None:
+    adm, _ = make(SURGE)
+    for t in range(20):  # a new worker's first traffic
+        adm.admit_baseline(f"b{t}", now_ms=t)
+    assert not adm.surging(20)
+    slow, _ = make(SURGE)
+    for t in range(0, 60_000, 1_000):  # one request a second ...
+        slow.admit_baseline(f"b{t}", now_ms=t)
+    for t in range(60_000, 60_005):  # ... then five within 5 ms: chance, not a burst
+        slow.admit_baseline(f"c{t}", now_ms=t)
+    assert not slow.surging(60_005)
+    assert slow.admit_optional("o", 1.0, FAR, now_ms=60_005, units=9)
+
+
+def test_a_surge_still_admits_optional_work_under_the_floor_share() -> None:
+    cfg = msgspec.structs.replace(SURGE, surge_floor_share=0.5)  # 50 units/ms always allowed
+    adm, _ = make(cfg)
+    quiet(adm, 0, 20_000)
+    for t in range(20_000, 20_100):
+        adm.admit_baseline(f"b{t}", now_ms=t)
+    assert adm.surging(20_100)
+    assert adm.admit_optional("o", 1.0, FAR, now_ms=20_100, units=9)
+
+
 # -- shedding level and state -------------------------------------------------------------------
 
 @pytest.mark.parametrize(("queued_units", "level"), [(0, 0), (2, 0), (3, 1), (5, 2), (9, 2),
@@ -315,6 +414,8 @@ def test_config_rejects_unknown_keys_and_unordered_levels_by_name() -> None:
         msgspec.convert({"level_fractions": [0.6, 0.3]}, AdmissionConfig)
     with pytest.raises(msgspec.ValidationError, match="max_queue_delay_ms"):
         msgspec.convert({"max_queue_delay_ms": -1}, AdmissionConfig)
+    with pytest.raises(msgspec.ValidationError, match="surge_window_ms"):
+        msgspec.convert({"surge_window_ms": 40_000}, AdmissionConfig)
 
 
 # -- property: conservation and ordering under any interleaving ---------------------------------
