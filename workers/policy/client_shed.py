@@ -5,7 +5,8 @@ a multiplier in [0, 1] on its optional work (RMA extra candidates and SBM covera
 waiting for the control loop:
 
 - cut fast (multiplicative) when servers struggle: queue delay over the bound, a shedding level
-  above 0, a preempted replica, or a failed or timed-out call. Signals arriving together (many
+  above 0 (a worker's queue grows, or its baseline surges and it holds optional work back), a
+  preempted replica, or a failed or timed-out call. Signals arriving together (many
   responses from one overload episode) count as one cut per `cut_window_ms`, the deepest of them,
   like TCP's one cut per round trip, so one bad moment does not zero the allowance;
 - recover slowly (additive, per second of time) once no cut happened for `cut_window_ms`.

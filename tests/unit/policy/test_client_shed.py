@@ -6,6 +6,7 @@ import pytest
 
 from tests.unit.policy.helpers import T0, targets
 from workers.api import ServerState
+from workers.policy.admission import Admission, AdmissionConfig
 from workers.policy.client_shed import BudgetBucket, ClientShedder, ShedConfig, extra_candidates
 from workers.policy.targets import EffectiveTargets, LocalLimits, TargetState
 
@@ -36,6 +37,30 @@ def test_struggling_server_cuts_allowance_at_once(signal: ServerState, reason: s
     shed.observe(signal, T0)
     assert shed.allowance(T0) <= 0.6
     assert shed.counters[reason] == 1 and shed.counters["cuts"] == 1
+
+
+def test_a_worker_in_a_baseline_surge_makes_the_client_cut_at_its_next_response() -> None:
+    cfg = AdmissionConfig(max_queue_delay_ms=10_000.0, initial_ms_per_unit=0.01)
+    adm: Admission[str] = Admission(cfg)
+    for t in range(0, 20_000, 10):  # steady: one baseline unit every 10 ms
+        adm.admit_baseline("b", now_ms=t)
+        adm.next_batch(10**6, now_ms=t)
+    shed = ClientShedder(ShedConfig())
+
+    def respond(now: int) -> None:
+        state = adm.state(now)
+        shed.observe(ServerState(queue_delay_ms=state.queue_delay_ms, in_flight=0,
+                                 shedding_level=state.shedding_level), now)
+
+    respond(20_000)
+    assert shed.allowance(20_000) == 1.0
+    t = 20_000
+    while not adm.surging(t):  # the burst: a baseline unit every millisecond
+        adm.admit_baseline("burst", now_ms=t)
+        t += 1
+    respond(t)  # no queue yet, but the worker says optional work is held back
+    assert shed.allowance(t) < 1.0
+    assert shed.counters["shedding_level_1"] == 1
 
 
 def test_errors_and_timeouts_cut() -> None:
