@@ -73,7 +73,8 @@ def parse_grid(text: str) -> dict[str, Any]:
 
 
 def resolve_grid(sc: Scenario, overrides: Mapping[str, Any] | None = None) -> Grid:
-    """The scenario's grid with ``overrides`` applied; empty axes take their defaults."""
+    """The scenario's grid with ``overrides`` applied; empty axes take their defaults (the
+    coverage axis is just 0 where no pool serves the powerful model: it would change nothing)."""
     cfg = sc.controllers.best_static
     if overrides:
         raw = msgspec.to_builtins(cfg) | dict(overrides)
@@ -83,8 +84,9 @@ def resolve_grid(sc: Scenario, overrides: Mapping[str, Any] | None = None) -> Gr
             raise ValueError(f"best-static grid: {exc}") from None
     extra = cfg.extra_candidates or [round(f * sc.control.rma.max_extra_candidates)
                                      for f in EXTRA_FRACTIONS]
+    powerful = any(p.model == "powerful" for r in sc.regions for p in r.pools)
     coverage = cfg.coverage or [round(f * sc.control.sbm.max_coverage, 6)
-                                for f in COVERAGE_FRACTIONS]
+                                for f in (COVERAGE_FRACTIONS if powerful else (0.0,))]
     return Grid(tuple(sorted(set(extra))), tuple(sorted(set(coverage))),
                 cfg.budget_units_per_s)
 

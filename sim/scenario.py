@@ -258,7 +258,8 @@ class BestStaticConfig(_Config, frozen=True, kw_only=True):
     extra_candidates: list[Annotated[int, Meta(ge=0, le=10_000)]] = []
     """Empty: 0, 1/8, 1/4, 1/2 and all of ``control.rma.max_extra_candidates``."""
     coverage: list[Share] = []
-    """Empty: 0, 1/4, 1/2 and all of ``control.sbm.max_coverage``."""
+    """Empty: 0, 1/4, 1/2 and all of ``control.sbm.max_coverage`` (just 0 without a powerful
+    model pool)."""
     budget_units_per_s: NonNeg = 1e9
     """The RMA budget every run issues (default: no limit, as ``greedy``)."""
 

@@ -11,6 +11,14 @@ import pytest
 from sim.best_static import Grid, choose_best, parse_grid, ratio, resolve_grid, sweep
 from tests.unit.sim.helpers import LENT, lent_scenario
 
+POWERFUL = """
+[[regions.pools]]
+model = "powerful"
+tier = "opportunistic"
+[regions.pools.capacity]
+replicas = 1
+"""
+
 
 def _run(extra: int, coverage: float, value: float, violations: int = 0,
          rejected: int = 0) -> dict[str, Any]:
@@ -57,6 +65,9 @@ def test_grid_defaults_follow_the_control_limits_and_the_scenario_overrides_them
     grid = resolve_grid(sc)
     max_extra, max_cov = sc.control.rma.max_extra_candidates, sc.control.sbm.max_coverage
     assert grid.extra_candidates[0] == 0 and grid.extra_candidates[-1] == max_extra
+    assert grid.coverage == (0.0,)  # no powerful-model pool: coverage changes nothing
+    sc, _ = lent_scenario(tmp_path, LENT + POWERFUL)
+    grid = resolve_grid(sc)
     assert grid.coverage == (0.0, max_cov / 4, max_cov / 2, max_cov)
     assert len(grid.points()) == len(grid.extra_candidates) * len(grid.coverage)
     sc, _ = lent_scenario(tmp_path, LENT + "[controllers.best_static]\n"
