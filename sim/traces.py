@@ -99,32 +99,37 @@ def onoff_rate(cfg: ArrivalsConfig, steps: int, step_ms: int,
                rng: np.random.Generator) -> np.ndarray:
     """Requests/s of each step for heavy-tailed on/off bursts (see ``ArrivalsConfig``).
 
-    Off and on lengths are Pareto (``scale * (1 + Lomax(shape))``), the first period an off
-    one cut at a uniform point so that a run does not always start with a full quiet spell.
-    Bursts run at ``peak_to_mean * mean_rps``; the quiet rate is set from the drawn lengths so
-    that the mean over the run is ``mean_rps`` (zero, and everything scaled down to the mean,
-    if the bursts alone would carry more).
+    Off and on lengths are Pareto (``scale * (1 + Lomax(shape))``, bursts cut at ``on_max_s``),
+    the first period an off one cut at a uniform point so that a run does not always start
+    with a full quiet spell. Bursts run at ``peak_to_mean * mean_rps``; the quiet rate is the
+    one that makes the long-run mean ``mean_rps`` given the expected lengths. Lengths come from
+    a stream of their own, so a shorter run sees the same first seconds as a longer one.
     """
+    a, on_min, on_max, off_min = cfg.pareto_shape, cfg.on_min_s, cfg.on_max_s, cfg.off_min_s
+    mean_on = on_min * a / (a - 1.0) - on_min ** a * on_max ** (1.0 - a) / (a - 1.0)
+    mean_off = off_min * a / (a - 1.0)
+    on_share = mean_on / (mean_on + mean_off)
+    peak = cfg.peak_to_mean * cfg.mean_rps
+    quiet = (cfg.mean_rps - peak * on_share) / (1.0 - on_share)
+    if quiet < 0.0:
+        raise ScenarioError(f"arrivals: bursts at {cfg.peak_to_mean:g}x the mean for "
+                            f"{on_share:.1%} of the time carry more than the mean; lower "
+                            "peak_to_mean or lengthen off_min_s")
+    lengths = np.random.default_rng(int(rng.integers(2 ** 63)))
     duration_ms = steps * step_ms
     on = np.zeros(steps, dtype=bool)
-    t = -float(rng.uniform(0.0, 1.0)) * cfg.off_min_s * (1.0 + float(rng.pareto(cfg.pareto_shape)))
+    t = -float(lengths.uniform(0.0, 1.0)) * off_min * (1.0 + float(lengths.pareto(a)))
     while True:
-        t += cfg.off_min_s * (1.0 + float(rng.pareto(cfg.pareto_shape)))
+        t += off_min * (1.0 + float(lengths.pareto(a)))
         if t * 1000.0 >= duration_ms:
             break
-        length = min(cfg.on_max_s, cfg.on_min_s * (1.0 + float(rng.pareto(cfg.pareto_shape))))
+        length = min(on_max, on_min * (1.0 + float(lengths.pareto(a))))
         first = round(t * 1000.0 / step_ms)
         last = max(round((t + length) * 1000.0 / step_ms), first + 1)
         if last > 0:
             on[max(first, 0):last] = True
         t += length
-    peak = cfg.peak_to_mean * cfg.mean_rps
-    on_share = float(on.mean())
-    quiet = (cfg.mean_rps - peak * on_share) / (1.0 - on_share) if on_share < 1.0 else 0.0
-    rate = np.where(on, peak, max(quiet, 0.0))
-    if quiet < 0.0:
-        rate *= cfg.mean_rps / rate.mean()
-    return rate
+    return np.where(on, peak, quiet)
 
 
 def _trace_counts(path: Path, cfg: ArrivalsConfig, steps: int, dt_s: float) -> np.ndarray:

@@ -80,17 +80,28 @@ def test_diurnal_arrivals_peak_where_asked() -> None:
 def test_onoff_bursts_peak_at_20_to_30_times_the_mean_over_one_second(seed: int) -> None:
     cfg = ArrivalsConfig(kind="onoff", mean_rps=40.0, peak_to_mean=25.0, on_min_s=1.0,
                          on_max_s=5.0, off_min_s=30.0, pareto_shape=1.5)
-    counts = arrival_counts(cfg, steps=36_000, step_ms=100, base=REPO,
+    hours = 4
+    counts = arrival_counts(cfg, steps=hours * 36_000, step_ms=100, base=REPO,
                             rng=np.random.default_rng(seed))
     per_s = counts.reshape(-1, 10).sum(axis=1)
-    assert per_s.mean() == pytest.approx(40.0, rel=0.05)
+    assert per_s.mean() == pytest.approx(40.0, rel=0.2)  # heavy tails: a noisy mean
     assert 20.0 <= per_s.max() / per_s.mean() <= 30.0
-    assert np.median(per_s) < per_s.mean()  # quiet most of the time, the mass in bursts
+    assert np.median(per_s) < 0.5 * per_s.mean()  # quiet most of the time, mass in bursts
     bursts = per_s > 10 * per_s.mean()
-    assert 5 <= int(np.sum(bursts[1:] & ~bursts[:-1])) <= 100  # bursts, again and again
-    again = arrival_counts(cfg, steps=36_000, step_ms=100, base=REPO,
+    assert 20 * hours <= int(np.sum(bursts[1:] & ~bursts[:-1])) <= 100 * hours
+    again = arrival_counts(cfg, steps=hours * 36_000, step_ms=100, base=REPO,
                            rng=np.random.default_rng(seed))
     assert np.array_equal(counts, again)  # seeded
+    shorter = arrival_counts(cfg, steps=1_200, step_ms=100, base=REPO,
+                             rng=np.random.default_rng(seed))
+    assert np.array_equal(shorter, counts[:1_200])  # a short run sees the same start
+
+
+def test_onoff_bursts_that_would_carry_more_than_the_mean_are_refused() -> None:
+    cfg = ArrivalsConfig(kind="onoff", mean_rps=40.0, peak_to_mean=30.0, on_min_s=5.0,
+                         on_max_s=60.0, off_min_s=10.0)
+    with pytest.raises(ScenarioError, match="peak_to_mean"):
+        arrival_counts(cfg, 100, 100, REPO, _rng())
 
 
 def test_onoff_lengths_are_validated_by_name() -> None:
