@@ -22,7 +22,7 @@ from sim.run import HEADLINE, compare
 
 GOLDEN = Path(__file__).parent / "golden"
 CONTROLLERS = ("surplus", "naive", "static", "greedy")
-FAST = {"preemption_storm": None, "azure_steady": 120.0, "diurnal_day": 1800.0}
+FAST = {"preemption_storm": None, "azure_steady": 120.0, "diurnal_day": 1800.0, "burst": 120.0}
 UPDATE = os.environ.get("SURPLUS_UPDATE_GOLDENS") == "1"
 
 
