@@ -124,3 +124,36 @@ def test_client_windows_take_only_requests_the_ranking_pool_served() -> None:
                             errors={})
     xs, ys = analysis.client_windows(req, run)
     assert xs == [0.0] and ys[0] < 3.0
+
+
+def test_busy_share_counts_only_seconds_with_capacity_lent() -> None:
+    run = info()
+    grant = CapacityEvent(event_id="g", ts_ms=T0 + 2000, region="eu1", pool_id="p", kind="grant",
+                          accelerator="cpu", accelerator_units=2.0, expires_at_ms=T0 + 60_000)
+    tel = Telemetry()
+    for second in range(1, 10):
+        r = report(T0 + second * 1000, [5.0])
+        tel_report = msgspec_replace(r, tier="opportunistic", utilisation=0.5,
+                                     busy_s=0.5, units_done=100)
+        analysis._telemetry(tel, tel_report, run)
+    share = analysis.busy_share_lent(tel, [(grant.ts_ms, "capacity", grant)], run)
+    assert share is not None and 0.2 < share <= 0.5  # one replica at 0.5 of 2 units lent
+    assert analysis.busy_share_lent(tel, [], run) is None
+
+
+def test_limited_by_counts_period_targets_per_lever() -> None:
+    def targets(reason: str, rma: str, sbm: str) -> ControlTargets:
+        return ControlTargets(
+            scope="eu1", epoch=1, issued_at_ms=T0, ttl_ms=1000, reason=reason,  # type: ignore[arg-type]
+            rma=RmaTarget(extra_candidates=1, budget_units_per_s=1.0, limited_by=rma),  # type: ignore[arg-type]
+            sbm=SbmTarget(coverage=0.1, limited_by=sbm))  # type: ignore[arg-type]
+
+    got = analysis.limited_by([targets("period", "sla", "max"), targets("period", "sla", "hold"),
+                               targets("preemption", "preemption", "preemption")])
+    assert got == {"rma": {"sla": 2}, "sbm": {"hold": 1, "max": 1}}
+
+
+def msgspec_replace(report: WindowReport, **changes: object) -> WindowReport:
+    import msgspec
+
+    return msgspec.structs.replace(report, **changes)
