@@ -12,6 +12,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.integration.worker_support import body
 
 TINY_TOML = """
@@ -63,6 +65,7 @@ def test_worker_serves_until_sigterm_then_exits_cleanly(tmp_path: Path) -> None:
             proc.wait(10)
 
 
+@pytest.mark.slow
 def test_bad_config_stops_the_worker_at_start_naming_the_key(tmp_path: Path) -> None:
     good = tmp_path / "worker.toml"
     good.write_text(TINY_TOML)

@@ -14,6 +14,8 @@ from sim.run import simulate
 from sim.scenario import find_scenario, load_scenario
 from streams.replay import replay_offline
 
+pytestmark = pytest.mark.slow  # one storm run under four controllers: left out of test-fast
+
 STORM = "preemption_storm"
 
 

@@ -11,6 +11,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from schemas.kafka_config import KafkaSettings
 from surplus import localkafka
 from surplus.kafka_check import check
@@ -22,6 +24,7 @@ def test_unreachable_cluster_is_reported_as_such_not_as_an_error() -> None:
     assert result.outcome == "unreachable" and 1.5 < result.seconds < 5
 
 
+@pytest.mark.slow
 def test_worker_warns_and_serves_baseline_when_kafka_is_not_up_yet(tmp_path: Path) -> None:
     config = tmp_path / "w.toml"
     config.write_text('worker_id = "early"\n' + TINY_MODEL)
