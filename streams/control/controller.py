@@ -183,9 +183,9 @@ class ScopeController:
             del capacity[notice.pool_id]
             observed = msgspec.structs.replace(observed, powerful_capacity=capacity)
             self._observed = observed
-        allocation = self._allocate(now_ms)
+        rma_rate, sbm_rate = rates = self._rates()
+        allocation = self._allocate(now_ms, rates)
         cfg = self.config
-        rma_rate, sbm_rate = self._rates()
         rma = self._rma.clamp(rma_budget(allocation, cfg.rma, rma_rate), observed.ranking_rps)
         measured = sum(observed.powerful_capacity[k] for k in sorted(observed.powerful_capacity))
         serviceable = planned_rps(measured, allocation.sbm_accel_units, sbm_rate)
@@ -217,10 +217,10 @@ class ScopeController:
         self._inventory.expire(now_ms)
         self._observed = self._observe(stats)
         self._cost.observe(stats, dt_s)
-        allocation = self._allocate(now_ms)
+        rma_rate, sbm_rate = rates = self._rates()
+        allocation = self._allocate(now_ms, rates)
         ceiling = self._restart_ceiling
         self._restart_ceiling = None
-        rma_rate, sbm_rate = self._rates()
         budget = rma_budget(allocation, cfg.rma, rma_rate)
         if ceiling is not None:
             budget = min(budget, ceiling[2])
@@ -263,10 +263,10 @@ class ScopeController:
                                           per="requests")
         return rma, sbm
 
-    def _allocate(self, now_ms: int) -> Allocation:
+    def _allocate(self, now_ms: int, rates: tuple[float, float]) -> Allocation:
         """Allocation of the scope's live capacity (re-solved only when capacity changed)."""
         capacity = self._inventory.available(self.scope, now_ms)
-        rma_max, sbm_max = self._demand_units()
+        rma_max, sbm_max = self._demand_units(*rates)
         key = (capacity, rma_max, sbm_max)
         cached = self._alloc_cache
         if cached is not None and cached[0] == key:
@@ -277,7 +277,7 @@ class ScopeController:
         self._allocation = allocation
         return allocation
 
-    def _demand_units(self) -> tuple[float, float]:
+    def _demand_units(self, rma_rate: float, sbm_rate: float) -> tuple[float, float]:
         """Accelerator units each lever could use at the last measured traffic.
 
         RMA: enough to pay for ``max_extra_candidates`` on every ranking request. SBM: enough
@@ -288,7 +288,6 @@ class ScopeController:
         per tick (a third of the offline replay's time) without changing the split materially.
         """
         rma, sbm, seen = self.config.rma, self.config.sbm, self._observed
-        rma_rate, sbm_rate = self._rates()
         per_unit = min(self.config.allocator.cpu_per_accel_for_rma * rma.candidates_per_cpu_unit_s,
                        rma_rate)
         rma_units = rma.max_extra_candidates * seen.ranking_rps / per_unit

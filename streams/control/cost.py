@@ -35,6 +35,7 @@ from streams.control.windows import WindowStats
 class PoolCost(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """Decayed sums of one pool's measured work (restart state)."""
 
+    model: str = ""
     busy_s: float = 0.0
     units: float = 0.0
     requests: float = 0.0
@@ -46,7 +47,6 @@ class CostModel:
     def __init__(self, config: CostConfig, state: dict[str, PoolCost] | None = None) -> None:
         self.config = config
         self.pools: dict[str, PoolCost] = dict(state or {})
-        self._models: dict[str, str] = {}
 
     def observe(self, stats: list[WindowStats], dt_s: float) -> None:
         """Fold one period's windows in; older evidence decays by its half-life."""
@@ -56,32 +56,23 @@ class CostModel:
             if old.busy_s * keep < 1e-6:  # a pool long gone: forget it (bounded memory)
                 del self.pools[pool_id]
                 continue
-            self.pools[pool_id] = PoolCost(busy_s=old.busy_s * keep, units=old.units * keep,
-                                           requests=old.requests * keep)
+            self.pools[pool_id] = PoolCost(model=old.model, busy_s=old.busy_s * keep,
+                                           units=old.units * keep, requests=old.requests * keep)
         for w in stats:
-            self._models[w.pool_id] = w.model
             if w.units_done <= 0 or w.busy_s <= 0:
                 continue
             old = self.pools.get(w.pool_id, PoolCost())
-            self.pools[w.pool_id] = PoolCost(busy_s=old.busy_s + w.busy_s,
+            self.pools[w.pool_id] = PoolCost(model=w.model, busy_s=old.busy_s + w.busy_s,
                                              units=old.units + w.units_done,
                                              requests=old.requests + w.optional_requests_done)
 
     def _sums(self, model: str) -> PoolCost:
         busy = units = requests = 0.0
         for pool_id in sorted(self.pools):
-            if self._model_of(pool_id) == model:
-                p = self.pools[pool_id]
+            p = self.pools[pool_id]
+            if p.model == model:
                 busy, units, requests = busy + p.busy_s, units + p.units, requests + p.requests
-        return PoolCost(busy_s=busy, units=units, requests=requests)
-
-    def _model_of(self, pool_id: str) -> str:
-        """A pool's model: as seen in its windows, else from its id (region/service/model/..)."""
-        model = self._models.get(pool_id)
-        if model is None:
-            parts = pool_id.split("/")
-            model = parts[2] if len(parts) > 2 else ""
-        return model
+        return PoolCost(model=model, busy_s=busy, units=units, requests=requests)
 
     def seconds_per_unit(self, model: str, prior_per_s: float,
                          per: Literal["units", "requests"] = "units") -> float:
