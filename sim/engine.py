@@ -432,7 +432,7 @@ class Simulation:
         state = self.regions[notice.region]
         assert self.metrics is not None
         for worker in state.workers():
-            if worker.concerns(notice) and worker.preempt(notice, now) == "applied":
+            if worker.preempt(notice, now) == "applied":
                 self.metrics.notice_applied(notice.ts_ms, float(now))
 
     def _evict(self, region: str, worker: SimWorker, now: int) -> None:

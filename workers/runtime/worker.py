@@ -275,9 +275,6 @@ class Worker:
             self.draining_deadline_ms = None
         return verdict
 
-    def concerns_me(self, notice: PreemptionNotice) -> bool:
-        return self.policy.concerns(notice)
-
     def on_preemption(self, notice: PreemptionNotice) -> NoticeOutcome:
         """Stop optional work now if the notice is for this replica; returns the outcome."""
         with self._targets_lock:
