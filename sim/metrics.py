@@ -11,7 +11,7 @@ work); ``opportunistic_utilization`` is accelerator-seconds of work served on op
 replicas over accelerator-seconds they were lent (draining ones included);
 ``incremental_value`` sums the true gains of the optional work actually done (RMA: a concave
 value of the extra candidates scored; SBM: the segment's gain from the powerful model);
-``limited_by`` counts, per lever, the emitted targets by what kept them from going higher
+``limited_by`` counts, per lever, the control periods by what kept the target from going higher
 (the timeline's last two columns give the latest per window); ``max_notice_to_shed_ms`` is,
 over every worker a preemption notice concerned, the time from the notice's timestamp to the
 moment that worker had stopped optional work: the notice's (modelled) delivery delay when
@@ -34,6 +34,25 @@ TIMELINE_COLUMNS = (
     "extra_candidates_target", "coverage_target", "powerful_share", "opportunistic_replicas",
     "optional_units_done", "optional_units_shed", "incremental_value", "rejected",
     "rma_limited_by", "sbm_limited_by")
+
+
+class LimitTally:
+    """Control periods per lever by what limited the lever's target (``limited_by``). Only
+    period targets count: fast-path and restart targets say preemption and hold by
+    construction. The simulator and the demo's report both count with it."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, dict[str, int]] = {"rma": {}, "sbm": {}}
+
+    def add(self, targets: ControlTargets) -> None:
+        if targets.reason != "period":
+            return
+        for lever, why in (("rma", targets.rma.limited_by), ("sbm", targets.sbm.limited_by)):
+            if why is not None:
+                self.counts[lever][why] = self.counts[lever].get(why, 0) + 1
+
+    def as_dict(self) -> dict[str, dict[str, int]]:
+        return {lever: dict(sorted(c.items())) for lever, c in self.counts.items()}
 
 
 @dataclass
@@ -88,7 +107,7 @@ class Metrics:
         self.first_notice_ms: int | None = None
         self.optional_done_before_notice = 0
         self.notices = 0
-        self.limited_by: dict[str, dict[str, int]] = {}
+        self.limited_by = LimitTally()
         self.last_limits: dict[str, tuple[str | None, str | None]] = {}
 
     def ranking_done(self, region: str, latency_ms: float, e2e_ms: float, timeout_ms: float,
@@ -138,13 +157,10 @@ class Metrics:
             self.first_notice_ms = ts_ms
 
     def targets_emitted(self, targets: ControlTargets) -> None:
-        """Count, per lever, what limited each target the control plane emitted (a
-        controller that does not say, like the fixed ones, is not counted)."""
+        """What limited each lever: tallied per period, and the latest for the timeline (a
+        controller that does not say, like the fixed ones, leaves both empty)."""
         self.last_limits[targets.scope] = (targets.rma.limited_by, targets.sbm.limited_by)
-        for lever, why in (("rma", targets.rma.limited_by), ("sbm", targets.sbm.limited_by)):
-            if why is not None:
-                counts = self.limited_by.setdefault(lever, {})
-                counts[why] = counts.get(why, 0) + 1
+        self.limited_by.add(targets)
 
     def close_window(self, end_ms: int, region: str, *, extra_target: int, coverage: float,
                      opportunistic_replicas: int, shed_total: int) -> None:
@@ -190,8 +206,7 @@ class Metrics:
             "optional_units_done": sum(m.optional_done for m in regions),
             "requests": sum(m.requests for m in regions),
             "e2e_p99_ms": round(p99(e2e), 3),
-            "limited_by": {lever: dict(sorted(counts.items()))
-                           for lever, counts in sorted(self.limited_by.items())},
+            "limited_by": self.limited_by.as_dict(),
             "regions": {m.name: {
                 "requests": m.requests, "ranking_served": m.ranking_served,
                 "powerful_served": m.powerful_served, "sbm_fallbacks": m.fallbacks,

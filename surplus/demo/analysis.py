@@ -33,6 +33,7 @@ import numpy as np
 
 from schemas.contract import ControlTargets, LatencySketch
 from schemas.sketch import SketchMerger
+from sim.metrics import LimitTally
 from streams.control.inventory import PoolInventory
 from streams.eventlog import (
     CapacityLogEvent,
@@ -271,16 +272,11 @@ def busy_share_lent(tel: Telemetry, capacity: list[tuple[int, str, Any]],
 
 
 def limited_by(targets: list[ControlTargets]) -> dict[str, dict[str, int]]:
-    """Control periods per lever by what limited the lever's target (period targets only:
-    fast-path and restart targets say preemption and hold by construction)."""
-    out: dict[str, dict[str, int]] = {"rma": {}, "sbm": {}}
+    """Control periods per lever by what limited the lever's target (as the simulator counts)."""
+    tally = LimitTally()
     for t in targets:
-        if t.reason != "period":
-            continue
-        for lever, why in (("rma", t.rma.limited_by), ("sbm", t.sbm.limited_by)):
-            if why is not None:
-                out[lever][why] = out[lever].get(why, 0) + 1
-    return {lever: dict(sorted(c.items())) for lever, c in out.items()}
+        tally.add(t)
+    return tally.as_dict()
 
 
 def per_second(tel: Telemetry, key: str, info: RunInfo) -> Series:
