@@ -56,14 +56,18 @@ class Decider:
                 self.router.route(segment, eff)     # keeps the traffic shares current
             return Decision("baseline", False, 0, eff.reason)
         allowance = self.shedder.allowance(now_ms)
-        extra = self._extra(eff, allowance, available_extra, now_ms)
         if not self._sbm:
+            extra = self._extra(eff, allowance, available_extra, now_ms, budgeted=True)
             return Decision("baseline", False, extra, eff.reason)
         route = self.router.route(segment, eff, allowance)
         if route.shed:
             bump("sbm_shed", "overload")
         elif route.model == "powerful":
             bump("sbm_routed", "explored" if route.explored else "exploited")
+        # The RMA budget pays for extra candidates scored on the ranking pool; a request the
+        # powerful pool serves whole is paid for by SBM's share of the capacity.
+        extra = self._extra(eff, allowance, available_extra, now_ms,
+                            budgeted=route.model == "baseline")
         return Decision(route.model, route.explored, extra, eff.reason)
 
     def observe(self, state: ServerSignals | None, now_ms: int, *,
@@ -79,15 +83,16 @@ class Decider:
         by_reason[reason] = by_reason.get(reason, 0) + n
 
     def _extra(self, eff: EffectiveTargets, allowance: float, available: int,
-               now_ms: int) -> int:
-        """RMA: target, shrunk by the allowance, then by the budget; each cut counted."""
+               now_ms: int, *, budgeted: bool) -> int:
+        """RMA: target, shrunk by the allowance, then (on the ranking pool) by the budget;
+        each cut counted."""
         wanted = min(eff.extra_candidates, max(available, 0))
         if wanted <= 0:
             return 0
         allowed = extra_candidates(eff, allowance, available)
         if allowed < wanted:
             self.bump("rma_shed", "overload", wanted - allowed)
-        granted = self.budget.take(allowed, now_ms)
+        granted = self.budget.take(allowed, now_ms) if budgeted else allowed
         if granted < allowed:
             self.bump("rma_shed", "budget", allowed - granted)
         if granted:

@@ -49,6 +49,19 @@ def test_budget_caps_extras_and_the_cut_is_counted() -> None:
     assert decider.counters["rma_shed"]["budget"] == 11 * 64 - 100   # incl. the empty start
 
 
+def test_requests_the_powerful_pool_serves_whole_do_not_spend_the_rma_budget() -> None:
+    decider = _decider(rma_burst_s=1.0, router=RouterConfig(explore_rate=0.0))
+    decider.offer(targets(extra=64, budget=640.0, coverage=0.5), T0)   # 10 requests' worth
+    first = decider.decide("s", 500, T0)              # from an empty bucket: no extras
+    ds = [decider.decide("s", 500, T0 + 1_000) for _ in range(40)]
+    powerful = [d for d in ds if d.model == "powerful"]
+    ranking = [d for d in ds if d.model == "baseline"]
+    assert powerful and all(d.extra == 64 for d in powerful)
+    assert sum(d.extra for d in ranking) == 640   # the budget went to ranking requests only
+    cut_first = 64 if first.model == "baseline" else 0
+    assert decider.counters["rma_shed"]["budget"] == 64 * len(ranking) - 640 + cut_first
+
+
 def test_struggling_worker_shrinks_extras_and_coverage_and_counts_both() -> None:
     decider = _decider(shed=ShedConfig(level_factors=(0.5, 0.5, 0.5)),
                        router=RouterConfig(explore_rate=0.0))
