@@ -59,6 +59,10 @@ class RmaConfig(_Config, frozen=True, kw_only=True):
     """When p99 exceeds the SLA itself, extra work is cut to this share of its last value."""
     min_request_rate: Positive = 1.0
     """Floor on the measured request rate when dividing the budget (no traffic seen != free)."""
+    slow_start_below: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.5
+    """While the ranking p99 is under this share of the SLA, extra candidates may grow by
+    ``increase_ratio`` per period rather than by the PID's step (0 turns it off)."""
+    increase_ratio: Annotated[float, Meta(ge=1.0, le=4.0)] = 2.0
 
     @property
     def setpoint_ms(self) -> float:
@@ -84,6 +88,10 @@ class SbmConfig(_Config, frozen=True, kw_only=True):
     trim_factor: Annotated[float, Meta(ge=0.0, lt=1.0)] = 0.7
     """Coverage is multiplied by this each period the powerful pools' p99 exceeds its SLA."""
     max_increase_per_period: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.05
+    slow_start_below: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.5
+    """While the powerful pools' p99 is under this share of the SLA, coverage may grow by
+    ``increase_ratio`` per period instead of ``max_increase_per_period`` (0 turns it off)."""
+    increase_ratio: Annotated[float, Meta(ge=1.0, le=4.0)] = 2.0
     max_segments: Annotated[int, Meta(ge=1, le=10_000)] = 256
     prior_mean: float = 0.0
     """Prior mean of a model's value before any outcome is seen anywhere."""

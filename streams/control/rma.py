@@ -88,10 +88,25 @@ class RmaPolicy:
             if p99 > self.config.sla_p99_ms:
                 high = min(high, self.pid.output * self.config.overload_cut)
                 self.pid.limit(high)
+            before = self.pid.output
             self.pid.update(p99, dt_s, limit_high=high)
+            self._slow_start(p99, before, high)
         target = self._target(budget, high)
         self.limited_by = self._limit(target.extra_candidates, budget_high, p99, ceiling)
         return msgspec.structs.replace(target, limited_by=self.limited_by)
+
+    def _slow_start(self, p99_ms: float, before: float, high: float) -> None:
+        """Far under the SLA, let the output grow by a ratio (as TCP's slow start): there the
+        budget from the measured cost is what bounds it, and a latency curve that is flat at
+        low load gives the PID too small an error to climb fast. The PID then continues from
+        the new output without a bump."""
+        cfg = self.config
+        if p99_ms >= cfg.slow_start_below * cfg.sla_p99_ms or before <= 0.0:
+            return
+        wanted = min(before * cfg.increase_ratio, high)
+        if wanted > self.pid.output:
+            self.pid.set_manual(wanted)
+            self.pid.set_auto()
 
     def _limit(self, extra: int, budget_high: float, p99: float | None,
                ceiling: float | None) -> LimitReason:

@@ -6,7 +6,8 @@ measured capacity of the opportunistic powerful-model pools, limited by the acce
 the allocator gave SBM at the measured cost of a powerful request (``streams.control.cost``;
 ``powerful_rps_per_accel_unit`` is its prior): replicas still reporting
 after their grant is gone do not count. Coverage rises by at most ``max_increase_per_period``
-per period, falls to the capacity bound at once, and is trimmed multiplicatively while the
+per period (by ``increase_ratio`` while the powerful p99 is under ``slow_start_below`` of its
+SLA: far from the SLA the measured capacity bounds it, not latency), falls to the capacity bound at once, and is trimmed multiplicatively while the
 powerful pools' p99 exceeds their own SLA. No powerful capacity means zero coverage. Without
 enough latency samples coverage holds, except at zero: a pool that is sent nothing reports
 no latency, so holding there would never start; one probing step is taken instead. Likewise a
@@ -94,7 +95,7 @@ class SbmPolicy:
         elif max(judged) > cfg.sla_p99_ms:
             wanted, why = self.coverage * cfg.trim_factor, "sla"  # powerful pools too slow
         else:
-            wanted, why = self.coverage + cfg.max_increase_per_period, "sla"
+            wanted, why = self.coverage + self._increase(max(judged)), "sla"
         if ceiling is not None:
             cap, why = min(cap, ceiling), "hold"
         self.coverage = max(0.0, min(wanted, cap, 1.0))
@@ -108,6 +109,17 @@ class SbmPolicy:
             why = "capacity"
         self.limited_by = why
         return self.coverage
+
+    def _increase(self, p99_ms: float) -> float:
+        """How far coverage may rise this period. Far under the SLA it grows by a ratio (slow
+        start, as TCP's): the capacity cap from the measured cost, not the latency, is what
+        stops it there, so climbing one fixed step at a time would only leave the lent
+        capacity idle for longer. Near the SLA it climbs one step at a time."""
+        cfg = self.config
+        step = cfg.max_increase_per_period
+        if p99_ms < cfg.slow_start_below * cfg.sla_p99_ms:
+            step = max(step, self.coverage * (cfg.increase_ratio - 1.0))
+        return step
 
     def clamp(self, serviceable: float, request_rps: float) -> float:
         """Fast path: lower coverage to what remaining capacity supports; never raises it."""

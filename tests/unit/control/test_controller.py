@@ -24,7 +24,10 @@ from tests.unit.control.factories import (
 
 PERIOD_MS = 10_000
 FOREVER = 10**12
-CONFIG = with_overrides(ControlConfig(), {"rma.max_step": 8.0, "sbm.max_increase_per_period": 0.02})
+#: Fixed steps (no slow start) so each test can pin how far one period may move a target.
+CONFIG = with_overrides(ControlConfig(), {"rma.max_step": 8.0, "sbm.max_increase_per_period": 0.02,
+                                          "rma.slow_start_below": 0.0,
+                                          "sbm.slow_start_below": 0.0})
 MAX_STEP = 8.0
 
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import itertools
 
+import msgspec
 import pytest
 
 from streams.control.allocator import Allocation
@@ -26,9 +27,26 @@ def stats(p99_ms: float, *, pool: str = RANK_POOL, rate: float = 100.0, enough: 
 
 def test_raises_extra_candidates_while_latency_is_low() -> None:
     policy = RmaPolicy(CONFIG)
-    extras = [policy.step([stats(40.0)], BIG_BUDGET, 10.0).extra_candidates for _ in range(5)]
+    extras = [policy.step([stats(60.0)], BIG_BUDGET, 10.0).extra_candidates for _ in range(5)]
     assert extras == sorted(extras) and extras[-1] > 0
     assert all(b - a <= 10 for a, b in itertools.pairwise(extras))   # max step
+
+
+def test_far_under_the_sla_extras_double_up_to_the_budget() -> None:
+    policy = RmaPolicy(CONFIG)
+    budget = 120.0 * 100.0                                      # 120 per request at 100 rps
+    extras = [policy.step([stats(30.0)], budget, 10.0).extra_candidates for _ in range(6)]
+    assert extras == [10, 20, 40, 80, 120, 120]
+    assert policy.limited_by == "budget"
+    # then near the SLA the PID's own step rules apply again, from where it got to
+    near = policy.step([stats(70.0)], BIG_BUDGET, 10.0).extra_candidates
+    assert 120 <= near <= 130
+
+
+def test_slow_start_off_keeps_the_pid_step() -> None:
+    policy = RmaPolicy(msgspec.structs.replace(CONFIG, slow_start_below=0.0))
+    extras = [policy.step([stats(30.0)], BIG_BUDGET, 10.0).extra_candidates for _ in range(4)]
+    assert extras == [10, 20, 30, 40]
 
 
 def test_cuts_extra_candidates_when_p99_exceeds_setpoint() -> None:

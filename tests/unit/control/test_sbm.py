@@ -61,6 +61,24 @@ def test_rises_at_most_max_increase_per_period() -> None:
     assert steps == pytest.approx([0.02, 0.04, 0.06])
 
 
+def test_far_under_the_sla_coverage_doubles_up_to_what_capacity_supports() -> None:
+    policy = SbmPolicy(msgspec.structs.replace(CONFIG, max_increase_per_period=0.02))
+    steps = [policy.step([powerful(1000.0, p99_ms=60.0)], 40.0, 1000.0, 25.0)
+             for _ in range(6)]
+    assert steps == pytest.approx([0.02, 0.04, 0.08, 0.16, 0.32, 0.5])
+    capped = SbmPolicy(msgspec.structs.replace(CONFIG, max_increase_per_period=0.02),
+                       SbmState(coverage=0.05))
+    assert capped.step([powerful(100.0, p99_ms=60.0)], 4.0, 1000.0, 25.0) == pytest.approx(0.08)
+    assert capped.limited_by == "capacity"
+
+
+def test_slow_start_off_climbs_one_step_at_a_time() -> None:
+    policy = SbmPolicy(msgspec.structs.replace(CONFIG, max_increase_per_period=0.02,
+                                               slow_start_below=0.0))
+    steps = [policy.step([powerful(1000.0, p99_ms=10.0)], 40.0, 1000.0, 25.0) for _ in range(3)]
+    assert steps == pytest.approx([0.02, 0.04, 0.06])
+
+
 def test_holds_without_enough_samples_but_still_respects_capacity() -> None:
     policy = SbmPolicy(CONFIG, SbmState(coverage=0.05))
     assert policy.step([powerful(1000.0, enough=False)], 40.0, 1000.0, 25.0) == 0.05
