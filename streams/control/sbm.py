@@ -7,8 +7,9 @@ the allocator gave SBM at the measured cost of a powerful request (``streams.con
 ``powerful_rps_per_accel_unit`` is its prior): replicas still reporting
 after their grant is gone do not count. Coverage rises by at most ``max_increase_per_period``
 per period (by ``increase_ratio`` while the powerful p99 is under ``slow_start_below`` of its
-SLA: far from the SLA the measured capacity bounds it, not latency), falls to the capacity bound at once, and is trimmed multiplicatively while the
-powerful pools' p99 exceeds their own SLA. No powerful capacity means zero coverage. Without
+SLA: far from the SLA the measured capacity bounds it, not latency), falls to the capacity
+bound at once, and is trimmed multiplicatively while the powerful pools' p99 exceeds their
+own SLA. No powerful capacity means zero coverage. Without
 enough latency samples coverage holds, except at zero: a pool that is sent nothing reports
 no latency, so holding there would never start; one probing step is taken instead. Likewise a
 coverage too small for a period to gather enough samples at the traffic seen steps up, as long
