@@ -84,6 +84,7 @@ def test_full_golden_shows_surplus_safe_and_better_and_greedy_unsafe(scenario: s
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # four controllers over a simulated day: about 5 min on 2 cores
 @pytest.mark.parametrize("scenario", sorted(s for s, d in FAST.items() if d is not None))
 def test_full_run_matches_its_golden(scenario: str, tmp_path: Path) -> None:
     summary = compare(scenario, CONTROLLERS, tmp_path)
