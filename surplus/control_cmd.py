@@ -63,6 +63,7 @@ def control_plane(
         fail(f"bad control config {config}: {exc}")
     preflight(kafka, timeout_s=15.0)
     _check_partitions(kafka, settings.partitions)
+    _create_internal_topics(kafka, settings)
     import uvloop
     from faust import Worker
 
@@ -73,6 +74,31 @@ def control_plane(
     app = create_app(kafka, settings, control)
     worker = Worker(app, loglevel=loglevel, quiet=True)
     worker.execute_from_commandline()
+
+
+def _create_internal_topics(kafka: Any, settings: Any) -> None:
+    """Create the ticks and changelog topics before Faust starts. Faust creates them too, but
+    its consumer can subscribe before the broker's metadata shows them; the consumer then
+    ignores the topic until its next metadata refresh, minutes later, and the process never
+    ticks (seen once in the fault suite: no targets for a whole minute)."""
+    from schemas import kafka_clients
+    from streams.agents.control import internal_topics
+
+    ticks, changelog = internal_topics(kafka, settings)
+    wanted = [kafka_clients.NewTopic(name, num_partitions=settings.partitions,
+                                     replication_factor=settings.replication_factor,
+                                     config={"cleanup.policy": policy})
+              for name, policy in ((ticks, "delete"), (changelog, "compact"))]
+    try:
+        futures = kafka_clients.admin(kafka).create_topics(wanted, request_timeout=10.0)
+    except Exception:
+        return  # unreachable cluster: preflight already warned
+    for name, future in futures.items():
+        try:
+            future.result(timeout=15.0)
+        except Exception as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                typer.echo(f"warning: could not create topic {name}: {exc}", err=True)
 
 
 def _check_partitions(kafka: Any, partitions: int) -> None:

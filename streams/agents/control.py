@@ -43,6 +43,13 @@ from streams.settings import ControlPlaneSettings
 log = logging.getLogger(__name__)
 
 
+
+def internal_topics(kafka: KafkaSettings, settings: ControlPlaneSettings) -> tuple[str, str]:
+    """The control plane's own topics: ticks (cleanup ``delete``) and the scope changelog
+    (cleanup ``compact``)."""
+    base = f"{kafka.prefix}{settings.app_id}"
+    return f"{base}-ticks", f"{base}-scopes-changelog"
+
 class Tick(msgspec.Struct, frozen=True):
     ts_ms: int
 
@@ -59,12 +66,11 @@ class ControlPlane:
         self.names = {kafka.topic(logical): logical for logical in INPUTS}
         raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
                                "value_serializer": "raw"}
-        self.ticks = app.topic(f"{kafka.prefix}{settings.app_id}-ticks", internal=True,
-                               partitions=settings.partitions, **raw)
+        ticks, changelog = internal_topics(kafka, settings)
+        self.ticks = app.topic(ticks, internal=True, partitions=settings.partitions, **raw)
         self.targets = app.topic(kafka.topic("targets"), **raw)
         self.deadletter = app.topic(kafka.topic("deadletter"), **raw)
-        self.changelog = app.topic(f"{kafka.prefix}{settings.app_id}-scopes-changelog",
-                                   internal=True, partitions=settings.partitions,
+        self.changelog = app.topic(changelog, internal=True, partitions=settings.partitions,
                                    compacting=True, deleting=False, **raw)
         self.registry = ScopeRegistry(config)
         self.signing_key = settings.signing_key_bytes()
