@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    from schemas.kafka_config import KafkaSettings
+    from streams.settings import ControlPlaneSettings
 
 from surplus.cli_common import (
     Bootstrap,
@@ -76,13 +80,14 @@ def control_plane(
     worker.execute_from_commandline()
 
 
-def _create_internal_topics(kafka: Any, settings: Any) -> None:
+def _create_internal_topics(kafka: KafkaSettings, settings: ControlPlaneSettings) -> None:
     """Create the ticks and changelog topics before Faust starts. Faust creates them too, but
     its consumer can subscribe before the broker's metadata shows them; the consumer then
     ignores the topic until its next metadata refresh, minutes later, and the process never
     ticks (seen once in the fault suite: no targets for a whole minute)."""
     from schemas import kafka_clients
     from streams.agents.control import internal_topics
+    from surplus.topics import create_topics
 
     ticks, changelog = internal_topics(kafka, settings)
     wanted = [kafka_clients.NewTopic(name, num_partitions=settings.partitions,
@@ -90,15 +95,9 @@ def _create_internal_topics(kafka: Any, settings: Any) -> None:
                                      config={"cleanup.policy": policy})
               for name, policy in ((ticks, "delete"), (changelog, "compact"))]
     try:
-        futures = kafka_clients.admin(kafka).create_topics(wanted, request_timeout=10.0)
-    except Exception:
-        return  # unreachable cluster: preflight already warned
-    for name, future in futures.items():
-        try:
-            future.result(timeout=15.0)
-        except Exception as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                typer.echo(f"warning: could not create topic {name}: {exc}", err=True)
+        create_topics(kafka_clients.admin(kafka), wanted, timeout_s=15.0)
+    except Exception as exc:  # Faust still tries itself; say why this did not
+        typer.echo(f"warning: could not create the control plane's topics: {exc}", err=True)
 
 
 def _check_partitions(kafka: Any, partitions: int) -> None:

@@ -21,6 +21,22 @@ class ApplyReport:
         return not self.mismatches
 
 
+def create_topics(admin: AdminClient, topics: list[NewTopic], timeout_s: float) -> list[str]:
+    """Create ``topics``; the names created (one that already exists is not an error, as
+    another process may have just made it). Any other failure raises."""
+    if not topics:
+        return []
+    created = []
+    for name, future in admin.create_topics(topics, request_timeout=timeout_s).items():
+        try:
+            future.result(timeout=timeout_s)
+            created.append(name)
+        except Exception as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise
+    return created
+
+
 def apply_topics(client_config: dict[str, Any], prefix: str = DEFAULT_PREFIX,
                  partitions_override: int | None = None, timeout_s: float = 30.0) -> ApplyReport:
     """Create missing topics; compare partitions and cleanup.policy of the ones that exist."""
@@ -39,16 +55,9 @@ def apply_topics(client_config: dict[str, Any], prefix: str = DEFAULT_PREFIX,
             continue
         to_create.append(NewTopic(name, num_partitions=partitions, replication_factor=-1,
                                   config=spec.config()))
-    if to_create:
-        for name, future in admin.create_topics(to_create, request_timeout=timeout_s).items():
-            try:
-                future.result(timeout=timeout_s)
-                report.created.append(name)
-            except Exception as exc:
-                if "TOPIC_ALREADY_EXISTS" in str(exc):
-                    report.existing.append(name)
-                else:
-                    raise
+    created = create_topics(admin, to_create, timeout_s)
+    report.created.extend(created)
+    report.existing.extend(t.topic for t in to_create if t.topic not in created)
     report.mismatches.extend(_policy_mismatches(admin, prefix, report.existing, timeout_s))
     return report
 

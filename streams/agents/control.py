@@ -43,12 +43,12 @@ from streams.settings import ControlPlaneSettings
 log = logging.getLogger(__name__)
 
 
-
 def internal_topics(kafka: KafkaSettings, settings: ControlPlaneSettings) -> tuple[str, str]:
     """The control plane's own topics: ticks (cleanup ``delete``) and the scope changelog
     (cleanup ``compact``)."""
     base = f"{kafka.prefix}{settings.app_id}"
     return f"{base}-ticks", f"{base}-scopes-changelog"
+
 
 class Tick(msgspec.Struct, frozen=True):
     ts_ms: int

@@ -160,11 +160,19 @@ class Pid:
         if not self._manual:
             return
         self._manual = False
+        self.move_to(self._last_output)
+
+    def move_to(self, output: float) -> float:
+        """Set the output (clamped to the limits) and carry on from it without a bump: the
+        integral is set so that, at the last measurement seen, ``p + i`` equals it."""
+        cfg = self.config
+        self._last_output = _clamp(output, cfg.out_min, cfg.out_max)
         p = 0.0
         if self._last_measurement is not None:
-            p = self.config.kp * (self.setpoint - self._last_measurement)
-        lo, hi = self._integral_limits(self.config.out_min, self.config.out_max)
+            p = cfg.kp * (self.setpoint - self._last_measurement)
+        lo, hi = self._integral_limits(cfg.out_min, cfg.out_max)
         self._integral = _clamp(self._last_output - p, lo, hi)
+        return self._last_output
 
     def limit(self, high: float) -> float:
         """Lower the held output to at most ``high`` now (preemption fast path).

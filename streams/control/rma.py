@@ -105,8 +105,7 @@ class RmaPolicy:
             return
         wanted = min(before * cfg.increase_ratio, high)
         if wanted > self.pid.output:
-            self.pid.set_manual(wanted)
-            self.pid.set_auto()
+            self.pid.move_to(wanted)
 
     def _limit(self, extra: int, budget_high: float, p99: float | None,
                ceiling: float | None) -> LimitReason:

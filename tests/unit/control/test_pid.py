@@ -161,3 +161,11 @@ def test_rejects_nonsense_inputs() -> None:
         c.update(1.0, 0.0)
     with pytest.raises(ValueError, match="out_min"):
         PidConfig(out_min=2.0, out_max=1.0)
+
+
+def test_move_to_continues_from_the_new_output_without_a_bump() -> None:
+    pid = Pid(PidConfig(kp=0.5, ki=0.1, setpoint=50.0, out_min=0.0, out_max=100.0))
+    pid.update(40.0, 1.0)
+    assert pid.move_to(60.0) == 60.0
+    assert pid.update(40.0, 1.0) == pytest.approx(60.0 + 0.1 * 10.0)  # only the new integral
+    assert pid.move_to(500.0) == 100.0                                 # limits still hold
