@@ -105,7 +105,8 @@ class SimWorker:
         warm = msgspec.structs.replace(
             admission, initial_ms_per_unit=min(10_000.0, 1000.0 / max(
                 replicas * pool.units_per_s, 1e-6)))
-        self.admission: Admission[tuple[Request, int]] = Admission(warm, on_shed=self._shed)
+        self.admission: Admission[tuple[Request, int]] = Admission(
+            warm, on_shed=self._shed, whole_requests=pool.model == "powerful")
         self.policy = ReplicaPolicy(pool_id=self.pool_id, worker_id=worker_id, region=region,
                                     limits=limits)
         self.noise = noise
@@ -234,6 +235,10 @@ class SimWorker:
         allowed = allowance.allowed
         if allowance.refused is not None:
             adm.count_shed(allowance.refused, extra - allowed)
+        trimmed = max(0, allowed - adm.optional_room()) if allowed else 0
+        if trimmed:  # the extras that did not fit under the delay bound
+            adm.count_shed("overload", trimmed)
+            allowed -= trimmed
         if allowed and adm.admit_optional((req, OPT), req.value, int(now + deadline_ms), now,
                                           units=allowed):
             req.opt_units = allowed

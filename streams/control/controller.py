@@ -45,7 +45,13 @@ from streams.control.allocator import Allocation, allocate
 from streams.control.config import ControlConfig
 from streams.control.cost import CostModel, PoolCost
 from streams.control.inventory import CapacityVector, InventoryState, PoolInventory
-from streams.control.rma import RmaPolicy, RmaState, ranking_request_rate, rma_budget
+from streams.control.rma import (
+    RmaPolicy,
+    RmaState,
+    provisioned_headroom,
+    ranking_request_rate,
+    rma_budget,
+)
 from streams.control.sbm import (
     SbmPolicy,
     SbmState,
@@ -73,6 +79,8 @@ class Observed(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     """Requests/s over ranking and powerful pools: the traffic SBM coverage is a share of."""
     powerful_capacity: dict[str, float] = {}
     """Measured capacity_rps per opportunistic powerful-model pool id."""
+    provisioned_units_per_s: float = 0.0
+    """Extra candidates/s the provisioned ranking replicas have room for (``rma``)."""
 
 
 class ControllerState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -186,7 +194,8 @@ class ScopeController:
         rma_rate, sbm_rate = rates = self._rates()
         allocation = self._allocate(now_ms, rates)
         cfg = self.config
-        rma = self._rma.clamp(rma_budget(allocation, cfg.rma, rma_rate), observed.ranking_rps)
+        rma = self._rma.clamp(rma_budget(allocation, cfg.rma, rma_rate)
+                              + observed.provisioned_units_per_s, observed.ranking_rps)
         measured = sum(observed.powerful_capacity[k] for k in sorted(observed.powerful_capacity))
         serviceable = planned_rps(measured, allocation.sbm_accel_units, sbm_rate)
         coverage = self._sbm.clamp(serviceable, observed.total_rps)
@@ -221,7 +230,8 @@ class ScopeController:
         allocation = self._allocate(now_ms, rates)
         ceiling = self._restart_ceiling
         self._restart_ceiling = None
-        budget = rma_budget(allocation, cfg.rma, rma_rate)
+        budget = (rma_budget(allocation, cfg.rma, rma_rate)
+                  + self._observed.provisioned_units_per_s)
         if ceiling is not None:
             budget = min(budget, ceiling[2])
         rma = self._rma.step(stats, budget, dt_s, ceiling=None if ceiling is None else ceiling[0])
@@ -251,7 +261,9 @@ class ScopeController:
         total = ranking + sum(w.request_rate for w in powerful)
         capacity = {w.pool_id: w.capacity_rps for w in powerful
                     if w.tier == "opportunistic" and w.capacity_rps > 0}
-        return Observed(ranking_rps=ranking, total_rps=total, powerful_capacity=capacity)
+        return Observed(ranking_rps=ranking, total_rps=total, powerful_capacity=capacity,
+                        provisioned_units_per_s=provisioned_headroom(
+                            stats, self.config.cost.provisioned_utilisation))
 
     def _rates(self) -> tuple[float, float]:
         """What one accelerator unit may plan to do, at the measured cost: extra candidates/s
@@ -280,7 +292,8 @@ class ScopeController:
     def _demand_units(self, rma_rate: float, sbm_rate: float) -> tuple[float, float]:
         """Accelerator units each lever could use at the last measured traffic.
 
-        RMA: enough to pay for ``max_extra_candidates`` on every ranking request. SBM: enough
+        RMA: enough to pay for ``max_extra_candidates`` on every ranking request (at the settled
+        rate the budget cap divides by, ``RmaPolicy.settled_rate``). SBM: enough
         to serve ``max_coverage`` of all requests within the headroom. Capacity past these is
         worth nothing now, so the allocator does not hand it to a lever that cannot use it.
         Demand is rounded *up* to a geometric grid (steps of 1/16 octave, about 4.4%): traffic
@@ -290,7 +303,8 @@ class ScopeController:
         rma, sbm, seen = self.config.rma, self.config.sbm, self._observed
         per_unit = min(self.config.allocator.cpu_per_accel_for_rma * rma.candidates_per_cpu_unit_s,
                        rma_rate)
-        rma_units = rma.max_extra_candidates * seen.ranking_rps / per_unit
+        rma_units = (rma.max_extra_candidates * self._rma.settled_rate(seen.ranking_rps)
+                     / per_unit)
         sbm_units = sbm.max_coverage * seen.total_rps / (sbm.headroom * sbm_rate)
         return _grid_up(rma_units), _grid_up(sbm_units)
 

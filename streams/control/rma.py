@@ -26,9 +26,14 @@ from streams.control.config import RmaConfig
 from streams.control.pid import Pid, PidState
 from streams.control.windows import WindowStats
 
+#: Periods of ranking request rate the budget is divided by (their median).
+RATE_PERIODS = 5
+
 
 class RmaState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     pid: PidState = msgspec.field(default_factory=PidState)
+    rates: list[float] = []
+    """Ranking request rates of the last periods, oldest first (see ``RmaPolicy.cap``)."""
 
 
 def rma_budget(allocation: Allocation, config: RmaConfig, units_per_accel_s: float) -> float:
@@ -36,6 +41,29 @@ def rma_budget(allocation: Allocation, config: RmaConfig, units_per_accel_s: flo
     ``units_per_accel_s`` per accelerator unit (measured; the CPU rate is a configured cap)."""
     return min(allocation.rma_cpu * config.candidates_per_cpu_unit_s,
                allocation.rma_accel_units * units_per_accel_s)
+
+
+#: Utilisation under which a pool's throughput is not extrapolated from it (too noisy).
+MIN_UTILISATION = 0.02
+
+
+def provisioned_headroom(stats: list[WindowStats], target_utilisation: float) -> float:
+    """Extra candidates per second the provisioned (baseline-tier) ranking replicas have room
+    for: capacity bought for the peak stands idle off it, and extra candidates are the one
+    kind of optional work that can run there (same model, logical isolation).
+
+    Measured, per pool: its throughput when busy all the time is the units it scored per
+    second over the share of time it was busy; the room is that throughput, at
+    ``target_utilisation``, less the baseline units it scored. A pool too idle to measure
+    (under ``MIN_UTILISATION``) counts for nothing rather than for a guess.
+    """
+    room = 0.0
+    for w in sorted(stats, key=lambda w: w.pool_id):
+        if w.model != "baseline" or w.tier != "baseline" or w.utilisation < MIN_UTILISATION:
+            continue
+        baseline_rate = max(0.0, w.units_rate - w.optional_done_rate)
+        room += max(0.0, target_utilisation * w.units_rate / w.utilisation - baseline_rate)
+    return room
 
 
 def ranking_request_rate(stats: list[WindowStats]) -> float:
@@ -55,17 +83,33 @@ class RmaPolicy:
 
     def __init__(self, config: RmaConfig, state: RmaState | None = None) -> None:
         self.config = config
-        self.pid = Pid(config.pid(), (state or RmaState()).pid)
+        state = state or RmaState()
+        self.pid = Pid(config.pid(), state.pid)
+        self._rates = list(state.rates[-RATE_PERIODS:])
         self.last_p99_ms: float | None = None
         #: What kept the last target from being higher (see ``LimitReason``).
         self.limited_by: LimitReason = "hold"
 
     def cap(self, budget_units_per_s: float, request_rate: float) -> float:
-        """Most extra candidates per request the budget pays for at this request rate."""
+        """Most extra candidates per request the budget pays for at the settled request rate.
+
+        The rate is the median of the last ``RATE_PERIODS`` periods' (``request_rate`` among
+        them), not the last one: a burst that fills one period would otherwise cut the target
+        to a sliver and leave the PID to climb back for several periods after it. During the
+        burst the clients' budget buckets, not the target, keep the spending within the
+        budget (the extra work is spread over fewer of the burst's requests).
+        """
         if budget_units_per_s <= 0:
             return 0.0
-        per_request = budget_units_per_s / max(request_rate, self.config.min_request_rate)
+        per_request = budget_units_per_s / max(self.settled_rate(request_rate),
+                                               self.config.min_request_rate)
         return min(float(self.config.max_extra_candidates), per_request)
+
+    def settled_rate(self, request_rate: float) -> float:
+        """Median of the recorded rates and ``request_rate`` (which is not recorded)."""
+        rates = sorted([*self._rates[-(RATE_PERIODS - 1):], request_rate])
+        mid = len(rates) // 2
+        return rates[mid] if len(rates) % 2 else 0.5 * (rates[mid - 1] + rates[mid])
 
     def step(self, stats: list[WindowStats], budget_units_per_s: float, dt_s: float, *,
              ceiling: float | None = None) -> RmaTarget:
@@ -76,10 +120,13 @@ class RmaPolicy:
         is held, still under the budget cap.
         """
         budget = max(0.0, budget_units_per_s)
-        high = self.cap(budget, ranking_request_rate(stats))
+        rate = ranking_request_rate(stats)
+        high = self.cap(budget, rate)
         if ceiling is not None:
             high = min(high, ceiling)
         p99 = worst_p99(stats, "baseline")
+        if p99 is not None:  # a period too thin to judge moves no state, this one included
+            self._rates = [*self._rates, rate][-RATE_PERIODS:]
         self.last_p99_ms = p99
         budget_high = high
         if p99 is None:
@@ -135,4 +182,4 @@ class RmaPolicy:
 
     @property
     def state(self) -> RmaState:
-        return RmaState(pid=self.pid.state)
+        return RmaState(pid=self.pid.state, rates=list(self._rates))

@@ -56,6 +56,8 @@ class WindowStats(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     units_done: int = 0
     """Units scored over the period, baseline and optional (what ``busy_s`` bought)."""
     optional_requests_done: int = 0
+    units_rate: float = 0.0
+    """Units scored per second, baseline and optional (``units_done`` over the reports' span)."""
 
 
 class LatencyWindow:
@@ -147,7 +149,7 @@ class LatencyWindow:
             utilisation=self._util / self.reports if self.reports else 0.0,
             capacity_rps=capacity, enough_samples=samples >= self.min_samples,
             busy_s=self.busy, units_done=self.units,
-            optional_requests_done=self.optional_requests)
+            optional_requests_done=self.optional_requests, units_rate=self.units * per_s)
         self.silent_periods = 0 if self.reports else self.silent_periods + 1
         self.opened_ms = now_ms
         self._clear()

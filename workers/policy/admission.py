@@ -5,8 +5,13 @@ FIFO queue that is never refused and always drained before any optional work, so
 can never delay it. Optional work (extra candidates of a request, or a whole request on an
 opportunistic replica) waits in a value-ordered queue and is the only thing ever shed:
 
-- ``overload``: the predicted wait of the queue exceeds ``max_queue_delay_ms``; the lowest-value
-  optional work goes first until the prediction is back under the bound;
+- ``overload``: the predicted wait of the queue exceeds its bound; the lowest-value optional
+  work goes first until the prediction is back under it. The bound is ``max_queue_delay_ms``
+  on a replica that also serves baseline work. A replica that serves whole requests as optional
+  work (the powerful-model pool) runs no baseline that a queue could delay, and one of its
+  requests may take longer to serve than a ranking queue may wait: there the bound is the
+  deadline its requests carry (a recent average of how far ahead their deadlines lie), never
+  less than ``max_queue_delay_ms``;
 - ``deadline``: its deadline passed while it waited (work done after that is wasted);
 - ``preemption``: the replica is being reclaimed; every queued optional unit goes at once and
   nothing optional is admitted until :meth:`Admission.resume`;
@@ -48,6 +53,8 @@ REASON_DEADLINE: ShedReason = "deadline"
 REASON_PREEMPTION: ShedReason = "preemption"
 REASON_BUDGET: ShedReason = "budget"
 MAX_LEVEL = 3
+#: Weight of the newest request in the deadline horizon of a whole-request replica.
+HORIZON_ALPHA = 0.05
 
 PositiveMs = Annotated[float, Meta(gt=0.0, le=60_000.0)]
 
@@ -270,8 +277,13 @@ class Admission(Generic[T]):
 
     def __init__(self, config: AdmissionConfig | None = None,
                  on_shed: Callable[[T, ShedReason], None] | None = None,
-                 batch_units: int | None = None) -> None:
+                 batch_units: int | None = None, *, whole_requests: bool = False) -> None:
+        """``whole_requests``: this replica serves only optional work, whole requests, so its
+        queue is bounded by their deadlines (see the module docstring)."""
         self.config = config or AdmissionConfig()
+        self.whole_requests = whole_requests
+        #: How far ahead of their arrival the deadlines of recent optional work lay (EWMA).
+        self._horizon_ms = 0.0
         self.on_shed = on_shed
         #: Largest forward pass in units (the batcher's limit), for the drain-time prediction.
         self.batch_units = batch_units
@@ -331,6 +343,10 @@ class Admission(Generic[T]):
         self._optional_units += units
         self.admitted_units["optional"] += units
         self.load.add(units, optional=True)
+        if self.whole_requests:
+            horizon = float(deadline_ms - now_ms)
+            self._horizon_ms = horizon if not self._horizon_ms else (
+                self._horizon_ms + HORIZON_ALPHA * (horizon - self._horizon_ms))
         self._enforce_delay_bound(now_ms, newcomer=entry)
         if not entry.live:
             self.last_refusal = REASON_OVERLOAD
@@ -425,10 +441,28 @@ class Admission(Generic[T]):
 
     # -- state -----------------------------------------------------------------------------------
 
+    @property
+    def delay_bound_ms(self) -> float:
+        """Predicted wait above which optional work is shed (see the module docstring)."""
+        bound = self.config.max_queue_delay_ms
+        return max(bound, self._horizon_ms) if self.whole_requests else bound
+
     def predicted_delay_ms(self) -> float:
         """How long work admitted now would wait behind everything queued and in flight."""
         queued = self._baseline_units + self._optional_units + self.in_flight_units
         return self.service.drain_ms(queued, self.batch_units)
+
+    def optional_room(self) -> int:
+        """Optional units that could fit under the delay bound now, queued optional work
+        counted as room (lower-value work gives way to higher). Extra candidates are
+        divisible: a request gets as many of its extras as fit, instead of none because all
+        of them would not."""
+        ahead = self.service.drain_ms(self._baseline_units + self.in_flight_units,
+                                      self.batch_units)
+        spare = self.delay_bound_ms - ahead
+        if spare <= 0.0:
+            return 0
+        return int(spare / max(self.service.per_unit_ms, 1e-9))
 
     def queue_delay_ms(self, now_ms: int) -> float:
         """The larger of the predicted wait and the age of the oldest queued baseline work."""
@@ -440,7 +474,7 @@ class Admission(Generic[T]):
         least 1 while baseline surges (optional work is being held back: send less)."""
         if self.preempted:
             return MAX_LEVEL
-        bound = self.config.max_queue_delay_ms
+        bound = self.delay_bound_ms
         delay = self.queue_delay_ms(now_ms)
         if delay >= bound:
             return 3
@@ -492,7 +526,7 @@ class Admission(Generic[T]):
             self._shed(entry, REASON_DEADLINE)
 
     def _enforce_delay_bound(self, now_ms: int, newcomer: _Entry[T] | None = None) -> None:
-        bound = self.config.max_queue_delay_ms
+        bound = self.delay_bound_ms
         while self._optional_items and (self.predicted_delay_ms() > bound
                                         or self._optional_items > self.config.max_optional_items):
             entry = self._peek(self._by_low_value)

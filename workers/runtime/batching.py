@@ -171,6 +171,11 @@ class Batcher:
         with self._cond:
             self.admission.set_budget(units_per_s, self._now())
 
+    def optional_room(self) -> int:
+        """Optional units that fit under admission's delay bound now."""
+        with self._cond:
+            return self.admission.optional_room()
+
     def count_shed(self, reason: ShedReason, units: int) -> None:
         with self._cond:
             self.admission.count_shed(reason, units)

@@ -79,7 +79,8 @@ class Worker:
         self.config = config
         self.clock_ms = clock_ms
         self.model: LoadedModel | None = None
-        self.admission: Admission[Job] = Admission(config.admission)
+        self.admission: Admission[Job] = Admission(
+            config.admission, whole_requests=config.whole_request_optional)
         self.batcher = Batcher(_NotLoaded(), self.admission, config.batching,
                                on_batch=self._on_batch, clock_ms=monotonic_ms)
         key = config.signing_key()
@@ -192,14 +193,19 @@ class Worker:
         allowed, refusal = allowance.allowed, allowance.refused
         try:
             base_fut = self.batcher.submit_baseline(dense, sparse[:base_n]) if base_n else None
+            trimmed = max(0, allowed - self.batcher.optional_room()) if allowed else 0
+            allowed -= trimmed
             opt_fut = (self.batcher.submit_optional(dense, sparse[base_n:base_n + allowed],
                                                     req.value, req.deadline_ms)
                        if allowed else None)
         except BatcherStopped as exc:
             self.window.record_rejected(base_n > 0)
             raise NotReady(str(exc)) from None
-        if extra_n > allowed and refusal is not None:
-            self.batcher.count_shed(refusal, extra_n - allowed)
+        if extra_n > allowed + trimmed and refusal is not None:
+            self.batcher.count_shed(refusal, extra_n - allowed - trimmed)
+        if trimmed:  # the extras that did not fit under the delay bound
+            self.batcher.count_shed("overload", trimmed)
+            refusal = "overload"
         scores: list[float] = []
         try:
             if base_fut is not None:

@@ -38,7 +38,8 @@ def sketch(latency_ms: float, samples: int, tail_ms: float | None = None) -> Lat
 def report(pool_id: str = RANK_POOL, *, worker: str = "w1", p99_ms: float = 20.0,
            samples: int = 100, start_ms: int = 0, end_ms: int = 1000,
            requests: int | None = None, capacity_rps: float = 0.0, utilisation: float = 0.5,
-           shed: dict[str, int] | None = None, done: int = 0) -> WindowReport:
+           shed: dict[str, int] | None = None, done: int = 0,
+           units_done: int = 0) -> WindowReport:
     region, service, model, accelerator, tier = pool_id.split("/")
     return WindowReport(
         pool_id=pool_id, worker_id=worker, region=region, service=service,
@@ -48,7 +49,8 @@ def report(pool_id: str = RANK_POOL, *, worker: str = "w1", p99_ms: float = 20.0
         requests=samples if requests is None else requests,
         baseline_requests=samples if requests is None else requests,
         optional_units_done=done, optional_units_shed=shed or {},
-        latency_ms=sketch(p99_ms, samples), utilisation=utilisation, capacity_rps=capacity_rps)
+        latency_ms=sketch(p99_ms, samples), utilisation=utilisation, capacity_rps=capacity_rps,
+        units_done=units_done)
 
 
 def grant(pool_id: str = RANK_POOL, *, accel: float = 4.0, cpu: float = 16.0, ts_ms: int = 0,

@@ -15,6 +15,7 @@ from streams.control.controller import (
 )
 from tests.unit.control.factories import (
     POWERFUL_POOL,
+    RANK_BASE_POOL,
     RANK_POOL,
     grant,
     notice,
@@ -239,3 +240,26 @@ def test_no_traffic_seen_means_no_capacity_handed_to_levers() -> None:
     targets = c.tick(PERIOD_MS)
     assert c.allocation.rma_accel == {} and c.allocation.sbm_accel == {}
     assert targets.rma.extra_candidates == 0 and targets.sbm.coverage == 0.0
+
+
+def test_provisioned_ranking_replicas_lend_nothing_unless_the_operator_allows() -> None:
+    c = granted(pools=())
+    t = feed_period(c, 0)
+    assert c.tick(t).rma.budget_units_per_s == 0.0
+
+
+def test_provisioned_ranking_replicas_with_room_add_to_the_rma_budget() -> None:
+    config = with_overrides(CONFIG, {"cost.provisioned_utilisation": 0.5})
+    c = granted(config, pools=())               # nothing lent at all
+    t = 0
+    for _ in range(3):
+        for second in range(PERIOD_MS // 1000):
+            start, end = t + second * 1000, t + (second + 1) * 1000
+            # 20% busy for 100 requests of one unit: 500 units/s when busy all the time
+            c.on_report(report(RANK_BASE_POOL, p99_ms=30.0, start_ms=start, end_ms=end,
+                               utilisation=0.2, units_done=100), end)
+        t += PERIOD_MS
+        targets = c.tick(t)
+    room = 0.5 * 500.0 - 100.0                 # to provisioned_utilisation, less baseline work
+    assert targets.rma.budget_units_per_s == pytest.approx(room)
+    assert targets.rma.extra_candidates > 0

@@ -7,7 +7,7 @@ import pytest
 
 from streams.control.allocator import Allocation
 from streams.control.config import RmaConfig
-from streams.control.rma import RmaPolicy, rma_budget
+from streams.control.rma import RmaPolicy, RmaState, provisioned_headroom, rma_budget
 from streams.control.windows import WindowStats
 from tests.unit.control.factories import RANK_BASE_POOL, RANK_POOL
 
@@ -93,6 +93,55 @@ def test_budget_caps_extra_work_per_request() -> None:
     assert target.extra_candidates == 5                      # 5 * 400 rps <= 2000/s
     assert target.extra_candidates * 400.0 <= target.budget_units_per_s
     assert policy.pid.state.integral <= 5.0                  # no windup behind the cap
+
+
+def test_a_burst_of_one_period_does_not_cut_the_budget_cap_to_a_sliver() -> None:
+    policy = RmaPolicy(CONFIG)
+    for _ in range(30):
+        steady = policy.step([stats(10.0, rate=100.0)], 10_000.0, 10.0)
+    assert steady.extra_candidates == 100                   # 10,000/s over 100 rps
+    burst = policy.step([stats(10.0, rate=1500.0)], 10_000.0, 10.0)
+    after = policy.step([stats(10.0, rate=100.0)], 10_000.0, 10.0)
+    assert burst.extra_candidates == 100 and after.extra_candidates == 100
+
+
+def test_a_lasting_rise_in_traffic_moves_the_cap_within_a_few_periods() -> None:
+    policy = RmaPolicy(CONFIG)
+    for _ in range(10):
+        policy.step([stats(10.0, rate=100.0)], 10_000.0, 10.0)
+    caps = [policy.step([stats(10.0, rate=400.0)], 10_000.0, 10.0).extra_candidates
+            for _ in range(4)]
+    assert caps[0] == 100 and caps[-1] == 25                # 10,000/s over 400 rps
+
+
+def test_the_recent_rates_survive_a_restart() -> None:
+    policy = RmaPolicy(CONFIG)
+    for rate in (100.0, 100.0, 100.0):
+        policy.step([stats(10.0, rate=rate)], 10_000.0, 10.0)
+    state = msgspec.json.decode(msgspec.json.encode(policy.state), type=RmaState)
+    assert RmaPolicy(CONFIG, state).settled_rate(1500.0) == 100.0
+
+
+def provisioned(utilisation: float, units_rate: float, optional_rate: float, *,
+                tier: str = "baseline", model: str = "baseline") -> WindowStats:
+    return msgspec.structs.replace(
+        stats(10.0, pool=RANK_BASE_POOL, model=model), tier=tier, utilisation=utilisation,
+        units_rate=units_rate, optional_done_rate=optional_rate)
+
+
+def test_provisioned_replicas_lend_their_measured_room_to_the_target_utilisation() -> None:
+    # 1,000 units/s at 20% busy: 5,000 units/s when busy all the time; at 70% that is 3,500,
+    # of which 600 are baseline work.
+    room = provisioned_headroom([provisioned(0.2, 1000.0, 400.0)], 0.7)
+    assert room == pytest.approx(2900.0)
+
+
+def test_busy_or_unmeasurable_provisioned_replicas_lend_nothing() -> None:
+    assert provisioned_headroom([provisioned(0.9, 1000.0, 0.0)], 0.7) == 0.0
+    assert provisioned_headroom([provisioned(0.001, 1.0, 0.0)], 0.7) == 0.0
+    lent = provisioned(0.2, 1000.0, 0.0, tier="opportunistic")
+    powerful = provisioned(0.2, 1000.0, 0.0, model="powerful")
+    assert provisioned_headroom([lent, powerful], 0.7) == 0.0
 
 
 def test_zero_budget_means_zero_extra_immediately() -> None:

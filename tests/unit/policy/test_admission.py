@@ -179,6 +179,43 @@ def test_in_flight_work_counts_toward_the_predicted_wait() -> None:
     assert adm.shed_units == {"overload": 3}
 
 
+def test_a_whole_request_replica_queues_up_to_the_deadlines_its_requests_carry() -> None:
+    ranking, _ = make()
+    whole = Admission(CFG, whole_requests=True)
+    for adm in (ranking, whole):
+        assert adm.admit_optional("first", value=1.0, deadline_ms=40, now_ms=0, units=8)
+    # 16 ms of predicted wait: over a ranking replica's 10 ms bound, inside a 40 ms deadline
+    assert ranking.admit_optional("second", value=1.0, deadline_ms=40, now_ms=0, units=8) is False
+    assert whole.admit_optional("second", value=1.0, deadline_ms=40, now_ms=0, units=8)
+    assert whole.delay_bound_ms == 40.0
+    assert whole.shedding_level(0) == 1  # 16 of 40 ms: the levels scale with the bound too
+
+
+def test_a_whole_request_replica_still_sheds_past_its_deadline_horizon() -> None:
+    adm = Admission(CFG, whole_requests=True)
+    for i in range(5):
+        assert adm.admit_optional(f"o{i}", value=1.0, deadline_ms=30, now_ms=0, units=6)
+    assert adm.admit_optional("over", value=0.5, deadline_ms=30, now_ms=0, units=6) is False
+    assert adm.shed_units == {"overload": 6}
+
+
+def test_a_whole_request_bound_is_never_below_the_configured_one() -> None:
+    adm = Admission(CFG, whole_requests=True)
+    adm.admit_optional("short", value=1.0, deadline_ms=3, now_ms=0, units=1)
+    assert adm.delay_bound_ms == CFG.max_queue_delay_ms
+
+
+def test_optional_room_is_what_fits_behind_baseline_and_in_flight_work() -> None:
+    adm, _ = make()
+    assert adm.optional_room() == 10                     # 10 ms bound at 1 ms per unit
+    adm.admit_baseline("b", now_ms=0, units=3)
+    adm.admit_optional("o", value=1.0, deadline_ms=FAR, now_ms=0, units=4)
+    assert adm.optional_room() == 7                      # queued optional work may give way
+    adm.next_batch(max_units=3, now_ms=0)
+    adm.admit_baseline("b2", now_ms=0, units=12)
+    assert adm.optional_room() == 0
+
+
 # -- deadline -----------------------------------------------------------------------------------
 
 def test_optional_work_past_its_deadline_is_refused_at_the_door() -> None:

@@ -98,3 +98,13 @@ def test_a_notice_stops_optional_work_at_once_and_keeps_baseline() -> None:
     handed_back = worker.evict(1000)
     assert worker.replicas == 0
     assert all(isinstance(r, Request) for r in handed_back)
+
+
+def test_a_request_gets_the_extras_that_fit_under_the_delay_bound_not_none() -> None:
+    done: list = []
+    worker = _worker(done, [])                         # 2 units/ms, 25 ms bound
+    worker.offer_targets(_targets(extra=200), 0)
+    req = _request(0, base=10, extra=200)
+    worker.submit_ranking(req, 0, 1000.0)
+    assert req.opt_units == 40                         # 25 ms less the 5 ms of its baseline
+    assert worker.admission.shed_units == {"overload": 160}
