@@ -181,7 +181,7 @@ def test_in_flight_work_counts_toward_the_predicted_wait() -> None:
 
 def test_a_whole_request_replica_queues_up_to_the_deadlines_its_requests_carry() -> None:
     ranking, _ = make()
-    whole = Admission(CFG, whole_requests=True)
+    whole: Admission[str] = Admission(CFG, whole_requests=True)
     for adm in (ranking, whole):
         assert adm.admit_optional("first", value=1.0, deadline_ms=40, now_ms=0, units=8)
     # 16 ms of predicted wait: over a ranking replica's 10 ms bound, inside a 40 ms deadline
@@ -192,7 +192,7 @@ def test_a_whole_request_replica_queues_up_to_the_deadlines_its_requests_carry()
 
 
 def test_a_whole_request_replica_still_sheds_past_its_deadline_horizon() -> None:
-    adm = Admission(CFG, whole_requests=True)
+    adm: Admission[str] = Admission(CFG, whole_requests=True)
     for i in range(5):
         assert adm.admit_optional(f"o{i}", value=1.0, deadline_ms=30, now_ms=0, units=6)
     assert adm.admit_optional("over", value=0.5, deadline_ms=30, now_ms=0, units=6) is False
@@ -200,7 +200,7 @@ def test_a_whole_request_replica_still_sheds_past_its_deadline_horizon() -> None
 
 
 def test_a_whole_request_bound_is_never_below_the_configured_one() -> None:
-    adm = Admission(CFG, whole_requests=True)
+    adm: Admission[str] = Admission(CFG, whole_requests=True)
     adm.admit_optional("short", value=1.0, deadline_ms=3, now_ms=0, units=1)
     assert adm.delay_bound_ms == CFG.max_queue_delay_ms
 
