@@ -514,20 +514,25 @@ class Simulation:
                                           pool.lent - replicas, t))
                 left = 0
         pool.lent -= replicas
+        delivered = self._announce(notice)
+        # A notice with less lead time than its delivery (zero notice, a hardware failure) is
+        # acted on when it arrives: the replicas leave then, having shed their optional work.
+        leave = max(float(notice.deadline_ms), delivered)
         for worker in taken:
             worker.draining_deadline_ms = notice.deadline_ms
             state.draining.append(worker)
-            self._schedule(notice.deadline_ms, "evict", (state.config.name, worker))
-        self._announce(notice)
+            self._schedule(leave, "evict", (state.config.name, worker))
 
-    def _announce(self, notice: PreemptionNotice) -> None:
-        """The notice reaches the replicas it names after a (modelled) delivery delay."""
+    def _announce(self, notice: PreemptionNotice) -> float:
+        """The notice reaches the replicas it names after a (modelled) delivery delay; returns
+        when."""
         t = notice.ts_ms
         assert self.metrics is not None
         self.metrics.notice_issued(t)
         delay = float(self.rng_delays.uniform(self.sc.delays.notice_min_ms,
                                               self.sc.delays.notice_max_ms))
         self._schedule(t + delay, "notice", notice)
+        return t + delay
 
     # -- accounting ------------------------------------------------------------------------
 

@@ -108,7 +108,7 @@ class SimWorker:
         self.admission: Admission[tuple[Request, int]] = Admission(
             warm, on_shed=self._shed, whole_requests=pool.model == "powerful")
         self.policy = ReplicaPolicy(pool_id=self.pool_id, worker_id=worker_id, region=region,
-                                    limits=limits)
+                                    limits=limits, started_ms=start_ms)
         self.noise = noise
         self.on_done = on_done
         self.on_shed_item = on_shed

@@ -48,6 +48,8 @@ class Notice:
     replicas: tuple[str, ...] = (WORKER,)
     deadline_in_ms: int = 30_000
     other_pool: bool = False
+    issued_ms_ago: int = 0
+    """How long before now the notice was issued (before the replica started: stale)."""
 
 
 @dataclass(frozen=True)
@@ -106,8 +108,11 @@ CASES: tuple[Case, ...] = (
         Notice("n1"), Wait(10), Rank(3, 4),
         Targets(2, extra=4, issued_ms_ago=100), Rank(3, 4),  # sent before the notice
         Wait(10), Targets(3, extra=4), Rank(3, 4), Report())),
-    Case("an expired notice changes nothing", (
-        Targets(1, extra=4), Notice("late", deadline_in_ms=-5), Rank(3, 4), Report())),
+    Case("a notice issued before the replica started changes nothing", (
+        Targets(1, extra=4), Notice("old", issued_ms_ago=5), Rank(3, 4), Report())),
+    Case("a notice past its deadline stops optional work at once", (
+        Targets(1, extra=4), Rank(3, 4), Wait(20), Notice("late", deadline_in_ms=-5),
+        Rank(3, 4), Report())),
     Case("capacity events are the control plane's, not the worker's", (
         Targets(1, extra=3), Capacity("grant", 4.0), Rank(2, 5), Capacity("revoke", 0.0),
         Rank(2, 5), Report())),

@@ -40,7 +40,8 @@ def _targets(step: Targets, now: int) -> ControlTargets:
 
 
 def _notice(step: Notice, now: int, pool_id: str) -> PreemptionNotice:
-    return PreemptionNotice(notice_id=step.notice_id, ts_ms=now, region=REGION,
+    issued = now - step.issued_ms_ago
+    return PreemptionNotice(notice_id=step.notice_id, ts_ms=issued, region=REGION,
                             pool_id=pool_id + "-other" if step.other_pool else pool_id,
                             replicas=list(step.replicas), deadline_ms=now + step.deadline_in_ms)
 
@@ -109,7 +110,7 @@ async def test_the_cases_exercise_every_decision_they_are_meant_to() -> None:
     assert {"stale_targets", "over_target", "budget", "preemption"} <= reasons
     assert {"applied", "expired", "wrong_scope", "out_of_range", "duplicate_epoch",
             "issued_before_preemption"} <= verdicts
-    assert {"applied", "not_mine", "duplicate", "expired"} <= outcomes
+    assert {"applied", "not_mine", "duplicate", "stale"} <= outcomes
     assert admitted > 0
 
 

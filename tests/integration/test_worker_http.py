@@ -106,10 +106,23 @@ async def test_notices_for_other_pools_or_replicas_change_nothing(running: Runni
     worker.offer_targets(targets(epoch=1))
     assert worker.on_preemption(notice("eu1/rank/powerful/a100/opportunistic")) == "not_mine"
     assert worker.on_preemption(notice(worker.config.pool, replicas=["w9"])) == "not_mine"
-    past = notice(worker.config.pool, ts_ms=wall_ms() - 60_000, deadline_in_ms=30_000)
-    assert worker.on_preemption(past) == "expired"
+    before_start = notice(worker.config.pool, ts_ms=wall_ms() - 60_000, deadline_in_ms=30_000)
+    assert worker.on_preemption(before_start) == "stale"
     _, raw = await post(client, body(2, 2))
     assert raw["optional_scored"] == 2
+
+
+async def test_a_zero_notice_reclaim_stops_optional_work_at_once(running: Running) -> None:
+    # What a hardware failure, or Kafka lag longer than the notice, looks like: the notice
+    # arrives at (or after) its own deadline. The replica still runs until it is killed.
+    worker, client = running
+    worker.offer_targets(targets(epoch=1, extra=4))
+    assert (await post(client, body(2, 4)))[1]["optional_scored"] == 4
+    late = notice(worker.config.pool, deadline_in_ms=0)
+    assert worker.on_preemption(late) == "applied"
+    status, raw = await post(client, body(2, 4))
+    assert status == 200 and raw["scored"] == 2 and raw["shed_reason"] == "preemption"
+    assert worker.metrics.preemptions._value.get() == 1.0
 
 
 async def test_expired_targets_fall_back_to_baseline_only(running: Running) -> None:

@@ -104,6 +104,31 @@ async def test_preemption_notice_stops_optional_work_and_the_reaction_is_measure
         print(json.dumps({"preemption_reaction_ms_wall_clock": reactions}))
 
 
+async def test_a_zero_notice_reclaim_on_the_topic_stops_optional_work_and_an_old_one_is_stale(
+        kafka: KafkaSettings) -> None:
+    produce(kafka, "targets", "eu1", encode(targets(epoch=1)))
+    async with running_worker(kafka_config(kafka)) as (worker, client):
+        await eventually(lambda: worker.current_targets().epoch == 1)
+        await eventually(lambda: bool(worker.kafka and
+                                      worker.kafka.readiness()[1]["preemption_partitions"]))
+        outcomes = worker.metrics.kafka_messages
+        # Issued before this replica started (read back after a restart): stale, no effect.
+        produce(kafka, "preemption", "eu1", encode(notice(
+            worker.config.pool, notice_id="old", ts_ms=wall_ms() - 60_000,
+            deadline_in_ms=30_000)))
+        await eventually(lambda: outcomes.labels("preemption", "stale")._value.get() == 1)
+        assert (await (await client.post(RANK_PATH, data=body(2, 2))).json())[
+            "optional_scored"] == 2
+        # Zero notice (the deadline is the notice's own time, as kcat would send a hardware
+        # failure): optional work stops when it arrives, though its deadline has passed.
+        produce(kafka, "preemption", "eu1", encode(notice(
+            worker.config.pool, notice_id="now", deadline_in_ms=0)))
+        await eventually(lambda: worker.admission.preempted)
+        resp = await (await client.post(RANK_PATH, data=body(2, 2))).json()
+        assert resp["scored"] == 2 and resp["shed_reason"] == "preemption"
+        assert outcomes.labels("preemption", "applied")._value.get() == 1
+
+
 async def test_window_reports_appear_on_the_telemetry_topic(kafka: KafkaSettings) -> None:
     async with running_worker(kafka_config(kafka)) as (_, client):
         for i in range(3):

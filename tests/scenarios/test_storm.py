@@ -78,3 +78,19 @@ def test_replaying_the_simulation_log_reproduces_its_targets(
     recorded = [tuple(r[k] for k in keys) for r in rows if r["source"] == "recorded"]
     replayed = [tuple(r[k] for k in keys) for r in rows if r["source"] == "replay"]
     assert recorded and replayed == recorded
+
+
+def test_a_zero_notice_storm_is_shed_as_soon_as_the_notice_arrives(tmp_path: Path) -> None:
+    """A reclaim without notice (a hardware failure, Kafka lag past the deadline): the
+    replicas still stop their optional work when the notice reaches them, and the summary
+    says how fast."""
+    text = (Path(find_scenario(STORM))).read_text()
+    assert "notice_s = 1.0" in text
+    scenario = tmp_path / "zero_notice_storm.toml"
+    scenario.write_text(text.replace("notice_s = 1.0", "notice_s = 0.0"))
+    summary = simulate(scenario, "surplus", tmp_path / "run", duration_s=170.0)
+    loaded, _ = load_scenario(scenario)
+    assert summary["first_notice_s"] == 150.0
+    assert 0 < summary["max_notice_to_shed_ms"] <= loaded.delays.notice_max_ms
+    assert summary["baseline_requests_rejected"] == 0
+    assert summary["baseline_sla_violation_windows"] == 0

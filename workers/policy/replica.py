@@ -19,7 +19,7 @@ from typing import Literal
 from schemas.contract import ControlTargets, PreemptionNotice, ShedReason
 from workers.policy.targets import EffectiveTargets, LocalLimits, TargetState, TargetVerdict
 
-NoticeOutcome = Literal["applied", "not_mine", "expired", "duplicate"]
+NoticeOutcome = Literal["applied", "not_mine", "stale", "duplicate"]
 
 
 def fail_safe_reason(targets: EffectiveTargets) -> ShedReason:
@@ -43,10 +43,13 @@ class ReplicaPolicy:
     calls it under one lock."""
 
     def __init__(self, *, pool_id: str, worker_id: str, region: str, limits: LocalLimits,
-                 verifier: Callable[[ControlTargets], bool] | None = None,
+                 started_ms: int, verifier: Callable[[ControlTargets], bool] | None = None,
                  budget_share: float = 1.0, notice_memory: int = 1024) -> None:
+        """``started_ms``: when this replica started (wall clock); a notice issued before it
+        was about an earlier incarnation."""
         self.pool_id = pool_id
         self.worker_id = worker_id
+        self.started_ms = started_ms
         self.targets = TargetState(region, limits, verifier)
         #: This replica's share of the fleet budget in the targets (the simulator's load
         #: balancer moves it as replica sets come and go).
@@ -98,11 +101,17 @@ class ReplicaPolicy:
 
     def on_notice(self, notice: PreemptionNotice, now_ms: int) -> NoticeOutcome:
         """Whether to stop optional work now. On ``applied`` the targets already say baseline
-        only; the caller stops its admission queues (and drains until the deadline)."""
+        only; the caller stops its admission queues (and drains until the deadline).
+
+        A notice that arrives at or after its deadline still applies, at once: that is what a
+        hardware failure, an unannounced reclaim or Kafka lag longer than the notice looks
+        like, and the replica is still doing optional work it is about to lose. Only a notice
+        issued before this replica started is ``stale`` (a reclaim of an earlier incarnation,
+        read back after a restart)."""
         if not self.concerns(notice):
             return "not_mine"
-        if notice.deadline_ms < now_ms:
-            return "expired"  # read back from before a restart: the reclaim already happened
+        if notice.ts_ms < self.started_ms:
+            return "stale"
         if notice.notice_id in self._notices_seen:
             return "duplicate"  # re-read after a consumer restart: targets may have moved on
         self._notices_seen[notice.notice_id] = None

@@ -86,6 +86,7 @@ class Worker:
         key = config.signing_key()
         self.policy = ReplicaPolicy(pool_id=config.pool, worker_id=config.worker_id,
                                     region=config.region, limits=config.limits,
+                                    started_ms=clock_ms(),
                                     verifier=signing.verifier(key) if key else None,
                                     budget_share=config.budget_share)
         self._targets_lock = threading.Lock()

@@ -9,9 +9,10 @@ from workers.policy.targets import LocalLimits
 POOL = "eu1/rank/baseline/l4/opportunistic"
 
 
-def _policy(share: float = 1.0) -> ReplicaPolicy:
+def _policy(share: float = 1.0, started_ms: int = 0) -> ReplicaPolicy:
     return ReplicaPolicy(pool_id=POOL, worker_id="w1", region="eu1",
-                         limits=LocalLimits(max_extra_candidates=16), budget_share=share)
+                         limits=LocalLimits(max_extra_candidates=16), budget_share=share,
+                         started_ms=started_ms)
 
 
 def _targets(epoch: int, extra: int = 8, budget: float = 100.0, at: int = 0) -> ControlTargets:
@@ -21,8 +22,8 @@ def _targets(epoch: int, extra: int = 8, budget: float = 100.0, at: int = 0) -> 
 
 
 def _notice(notice_id: str = "n1", replicas: tuple[str, ...] = (), deadline: int = 5_000,
-            pool: str = POOL) -> PreemptionNotice:
-    return PreemptionNotice(notice_id=notice_id, ts_ms=0, region="eu1", pool_id=pool,
+            pool: str = POOL, ts: int = 0) -> PreemptionNotice:
+    return PreemptionNotice(notice_id=notice_id, ts_ms=ts, region="eu1", pool_id=pool,
                             replicas=list(replicas), deadline_ms=deadline)
 
 
@@ -65,14 +66,30 @@ def test_a_whole_request_is_refused_while_baseline_only_and_named_for_why() -> N
     assert policy.whole_refusal(policy.current(3)) == "preemption"
 
 
-def test_a_notice_applies_once_only_to_its_pool_or_named_replicas_before_its_deadline() -> None:
+def test_a_notice_applies_once_only_to_its_pool_or_named_replicas() -> None:
     policy = _policy()
     assert policy.on_notice(_notice(pool="eu1/other"), 0) == "not_mine"
     assert policy.on_notice(_notice(replicas=("w2",)), 0) == "not_mine"
-    assert policy.on_notice(_notice(deadline=10), 11) == "expired"
     assert policy.on_notice(_notice(replicas=("w1",)), 0) == "applied"
     assert policy.on_notice(_notice(replicas=("w1",)), 1) == "duplicate"
     assert policy.current(1).baseline_only and policy.current(1).reason == "preempted"
+
+
+def test_a_notice_at_or_past_its_deadline_stops_optional_work_at_once() -> None:
+    for deadline in (100, 50):                    # zero notice; arrived after its deadline
+        policy = _policy()
+        policy.offer(_targets(1), 0, admission_preempted=False)
+        assert policy.on_notice(_notice(ts=100, deadline=deadline), 120) == "applied"
+        assert policy.current(120).reason == "preempted"
+        assert policy.allow_extra(policy.current(120), 4).refused == "preemption"
+
+
+def test_a_notice_issued_before_the_replica_started_is_stale() -> None:
+    policy = _policy(started_ms=1_000)
+    policy.offer(_targets(1, at=1_000), 1_000, admission_preempted=False)
+    assert policy.on_notice(_notice(ts=999, deadline=60_000), 1_010) == "stale"
+    assert not policy.current(1_010).baseline_only
+    assert policy.on_notice(_notice("n2", ts=1_000, deadline=1_000), 1_010) == "applied"
 
 
 def test_new_targets_after_a_preemption_resume_only_when_issued_after_it() -> None:
@@ -88,7 +105,7 @@ def test_new_targets_after_a_preemption_resume_only_when_issued_after_it() -> No
 
 def test_the_notice_memory_is_bounded() -> None:
     policy = ReplicaPolicy(pool_id=POOL, worker_id="w1", region="eu1", limits=LocalLimits(),
-                           notice_memory=2)
+                           started_ms=0, notice_memory=2)
     for i in range(3):
         assert policy.on_notice(_notice(f"n{i}"), 0) == "applied"
     assert policy.on_notice(_notice("n0"), 0) == "applied"  # forgotten, the oldest
