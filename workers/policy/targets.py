@@ -4,8 +4,11 @@ work it may do, and the place where invariant 2 (fail safe) is enforced.
 A receiver holds at most one `ControlTargets` for its scope. Anything it cannot trust — nothing
 received yet, a target past its TTL, one from another scope, an unsigned or forged one when a
 key is configured, one issued in the future beyond the allowed clock skew, an older epoch, or
-values outside the contract's range — leaves it at *baseline only*. Values inside the contract
-but above this receiver's own limits are clamped, and the clamp is counted.
+values outside the contract's range — leaves it at *baseline only*. Ages and expiry are read on
+the sender's clock, through an estimate of the offset between the two (``offset_ms``), so a
+receiver whose clock is off by up to ``max_clock_skew_ms`` keeps targets exactly as long.
+Values inside the contract but above this receiver's own limits are clamped, and the clamp is
+counted.
 
 `current(now_ms)` is on every request's path, so it is a comparison and a cached object; all the
 work happens in `offer`, which runs once per targets message.
@@ -14,6 +17,7 @@ work happens in `offer`, which runs once per targets message.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 
 import msgspec
@@ -59,6 +63,11 @@ def baseline_only(reason: str, epoch: int = -1) -> EffectiveTargets:
 
 NO_TARGETS = baseline_only("no_targets")
 
+#: Genuine targets the clock offset to their sender is estimated over.
+OFFSET_SAMPLES = 64
+#: Rejections that say a target may not come from the control plane at all: no clock evidence.
+UNAUTHENTIC = frozenset({"wrong_scope", "unsigned", "bad_signature", "out_of_range"})
+
 ACCEPTED = "applied"
 CLAMPED = "clamped"
 
@@ -77,6 +86,8 @@ class TargetState:
         self._expires_at_ms = -1
         self._expiry_counted = True
         self._preempted_at_ms: int | None = None
+        #: Receipt time less issue time of recent accepted targets (clock offset + transit).
+        self._lags: deque[int] = deque(maxlen=OFFSET_SAMPLES)
 
     @property
     def epoch(self) -> int:
@@ -90,12 +101,18 @@ class TargetState:
     def offer(self, targets: ControlTargets, now_ms: int) -> TargetVerdict:
         """Apply `targets` if it is trustworthy and newer than what is held; count the verdict."""
         reason = self._rejection(targets, now_ms)
+        before = self.offset_ms()
+        if reason not in UNAUTHENTIC:  # a genuine target, even a late one: clock evidence
+            self._lags.append(now_ms - targets.issued_at_ms)
         if reason is not None:
             return self._count(TargetVerdict(False, reason))
         clamped, was_clamped = self._clamp(targets)
         self.held = clamped
         self._preempted_at_ms = None
-        self._expires_at_ms = clamped.issued_at_ms + clamped.ttl_ms
+        # The smaller of the offsets without and with this target: its own lag may lower the
+        # estimate (less transit than before) but never vouch for itself (see offset_ms).
+        offset = min(before, self.offset_ms())
+        self._expires_at_ms = clamped.issued_at_ms + offset + clamped.ttl_ms
         self._expiry_counted = False
         self._active = EffectiveTargets(
             extra_candidates=clamped.rma.extra_candidates, coverage=clamped.sbm.coverage,
@@ -128,6 +145,22 @@ class TargetState:
         self._expiry_counted = True
         self._expires_at_ms = -1 if self.held is None else 2**62
 
+    def offset_ms(self) -> int:
+        """How far this receiver's clock runs ahead of the control plane's (negative: behind),
+        estimated as NTP's minimum filter does: the smallest lag (receipt less issue time)
+        among recent genuine targets (accepted or not: one rejected as expired is evidence
+        too) is the one with the least transit, so what remains of it is the offset. Bounded
+        by ``max_clock_skew_ms``, the tolerance: within it a skewed clock neither rejects
+        targets as from the future nor expires them early.
+
+        Only earlier targets count, never the one being judged: a target read back late at
+        start would otherwise vouch for its own freshness. So the first target is judged on
+        the raw clocks (0 until there is evidence), and the offset applies from the second."""
+        if not self._lags:
+            return 0
+        bound = self.limits.max_clock_skew_ms
+        return max(-bound, min(bound, min(self._lags)))
+
     def _rejection(self, targets: ControlTargets, now_ms: int) -> str | None:
         """Why `targets` must not be applied, or None."""
         if targets.scope != self.scope:
@@ -141,11 +174,14 @@ class TargetState:
             return "out_of_range"
         if self.held is not None and targets.epoch <= self.held.epoch:
             return "duplicate_epoch" if targets.epoch == self.held.epoch else "older_epoch"
-        if targets.issued_at_ms > now_ms + self.limits.max_clock_skew_ms:
+        lag = now_ms - targets.issued_at_ms
+        if lag < -self.limits.max_clock_skew_ms:
             return "from_future"
-        if targets.issued_at_ms + min(targets.ttl_ms, self.limits.max_ttl_ms) <= now_ms:
+        offset = self.offset_ms()
+        if lag - offset >= min(targets.ttl_ms, self.limits.max_ttl_ms):
             return "expired"
-        if self._preempted_at_ms is not None and targets.issued_at_ms <= self._preempted_at_ms:
+        if (self._preempted_at_ms is not None
+                and targets.issued_at_ms + offset <= self._preempted_at_ms):
             return "issued_before_preemption"
         return None
 

@@ -71,6 +71,48 @@ def test_clock_skew_within_limit_is_tolerated() -> None:
     assert state.offer(targets(issued_at_ms=T0 + 5_000), T0).accepted
 
 
+@pytest.mark.parametrize("skew_ms", [2_000, -2_000])
+def test_a_skewed_receiver_keeps_each_target_for_its_whole_ttl_from_the_second_on(
+        skew_ms: int) -> None:
+    """Targets every second with a 3 s TTL, read 5 ms after they are issued, on a receiver
+    whose clock is 2 s ahead of (or behind) the control plane's."""
+    state = _state()
+    for epoch in range(1, 6):
+        issued = T0 + epoch * 1_000
+        assert state.offer(targets(epoch=epoch, issued_at_ms=issued, ttl_ms=3_000),
+                           issued + 5 + skew_ms).accepted
+    last = T0 + 5_000 + skew_ms        # the last target's issue time on the receiver's clock
+    assert not state.current(last + 2_999).baseline_only   # neither early (ahead) ...
+    assert state.current(last + 3_005).baseline_only       # ... nor late (behind), past transit
+    assert state.counters == {"applied": 5, "held_expired": 1}
+
+
+def test_a_late_target_is_expired_on_the_senders_clock_once_the_offset_is_known() -> None:
+    state = _state()
+    state.offer(targets(epoch=1, issued_at_ms=T0, ttl_ms=3_000), T0 + 2_010)  # 2 s ahead
+    late = targets(epoch=2, issued_at_ms=T0 + 1_000, ttl_ms=3_000)
+    # 3.5 s after it was issued by the receiver's clock, 1.5 s by the sender's: still fresh
+    assert state.offer(late, T0 + 4_500).accepted
+    stale = targets(epoch=3, issued_at_ms=T0 + 2_000, ttl_ms=3_000)
+    assert state.offer(stale, T0 + 7_100).reason == "expired"   # 3.09 s old by the sender
+
+
+def test_behind_receiver_does_not_resume_on_targets_sent_before_its_preemption() -> None:
+    state = _state()
+    state.offer(targets(epoch=1, issued_at_ms=T0), T0 - 1_995)      # clock 2 s behind
+    state.preempt(T0 + 1_000 - 2_000)        # the notice arrived at T0 + 1 s, sender's time
+    before = targets(epoch=2, issued_at_ms=T0 + 500)   # sent 0.5 s before the preemption
+    assert state.offer(before, T0 + 600 - 2_000).reason == "issued_before_preemption"
+    after = targets(epoch=3, issued_at_ms=T0 + 1_200)
+    assert state.offer(after, T0 + 1_205 - 2_000).accepted
+
+
+def test_the_offset_estimate_is_bounded_by_the_allowed_skew() -> None:
+    state = _state(max_clock_skew_ms=1_000)
+    state.offer(targets(epoch=1, issued_at_ms=T0), T0 + 20_000)
+    assert state.offset_ms() == 1_000
+
+
 def test_older_or_equal_epoch_does_not_replace_the_held_target() -> None:
     state = _state()
     state.offer(targets(epoch=5, coverage=0.5), T0)
@@ -176,3 +218,18 @@ def test_limits_load_from_toml_and_a_bad_key_names_itself() -> None:
     assert (limits.max_coverage, limits.max_ttl_ms) == (0.5, 1000)
     with pytest.raises(msgspec.ValidationError, match="max_covrage"):
         msgspec.toml.decode(b"max_covrage = 0.5\n", type=LocalLimits)
+
+
+def test_a_receiver_ahead_by_more_than_the_ttl_learns_the_offset_from_a_rejected_target() -> None:
+    state = _state()
+    first = state.offer(targets(epoch=1, issued_at_ms=T0, ttl_ms=1_500), T0 + 2_005)
+    assert first.reason == "expired"                  # raw clocks: nothing to go on yet
+    second = state.offer(targets(epoch=2, issued_at_ms=T0 + 500, ttl_ms=1_500), T0 + 2_505)
+    assert second.accepted
+    assert not state.current(T0 + 2_500 + 1_499).baseline_only
+
+
+def test_a_forged_target_teaches_nothing_about_the_clock() -> None:
+    state = _state()
+    state.offer(targets(scope="us1", issued_at_ms=T0 + 4_000), T0)
+    assert state.offset_ms() == 0

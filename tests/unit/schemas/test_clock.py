@@ -1,0 +1,29 @@
+"""The wall clock's skew hook: a bad value names the variable."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+CODE = ("import time; from schemas.clock import wall_ms; "
+        "print(wall_ms() - time.time_ns() // 10**6)")
+
+
+def _run(value: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True,
+                          env={"SURPLUS_CLOCK_OFFSET_MS": value, "PYTHONPATH": str(ROOT)},
+                          check=False)
+
+
+def test_the_offset_moves_the_processs_wall_clock() -> None:
+    out = _run("-2000")
+    assert out.returncode == 0, out.stderr
+    assert -2001 <= int(out.stdout) <= -1999
+
+
+def test_a_bad_offset_stops_the_process_naming_the_variable() -> None:
+    out = _run("2s")
+    assert out.returncode != 0
+    assert "SURPLUS_CLOCK_OFFSET_MS: expected whole milliseconds, got '2s'" in out.stderr
