@@ -108,8 +108,9 @@ CASES: tuple[Case, ...] = (
         Notice("n1"), Wait(10), Rank(3, 4),
         Targets(2, extra=4, issued_ms_ago=100), Rank(3, 4),  # sent before the notice
         Wait(10), Targets(3, extra=4), Rank(3, 4), Report())),
-    Case("a notice issued before the replica started changes nothing", (
-        Targets(1, extra=4), Notice("old", issued_ms_ago=5), Rank(3, 4), Report())),
+    Case("a reclaim issued before the replica started and over by now changes nothing", (
+        Targets(1, extra=4), Notice("old", issued_ms_ago=5, deadline_in_ms=-1), Rank(3, 4),
+        Report())),
     Case("a notice past its deadline stops optional work at once", (
         Targets(1, extra=4), Rank(3, 4), Wait(20), Notice("late", deadline_in_ms=-5),
         Rank(3, 4), Report())),

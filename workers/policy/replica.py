@@ -106,11 +106,12 @@ class ReplicaPolicy:
         A notice that arrives at or after its deadline still applies, at once: that is what a
         hardware failure, an unannounced reclaim or Kafka lag longer than the notice looks
         like, and the replica is still doing optional work it is about to lose. Only a notice
-        issued before this replica started is ``stale`` (a reclaim of an earlier incarnation,
-        read back after a restart)."""
+        issued before this replica started whose deadline has passed is ``stale``: a reclaim
+        of an earlier incarnation, read back after a restart, that this one outlived. (One
+        issued before the start with its deadline still ahead is a reclaim still pending.)"""
         if not self.concerns(notice):
             return "not_mine"
-        if notice.ts_ms < self.started_ms:
+        if notice.ts_ms < self.started_ms and notice.deadline_ms <= now_ms:
             return "stale"
         if notice.notice_id in self._notices_seen:
             return "duplicate"  # re-read after a consumer restart: targets may have moved on

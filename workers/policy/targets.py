@@ -180,8 +180,11 @@ class TargetState:
         offset = self.offset_ms()
         if lag - offset >= min(targets.ttl_ms, self.limits.max_ttl_ms):
             return "expired"
+        # Resuming on a target sent before the preemption is the unsafe mistake, and the
+        # estimate errs high (by the least transit seen): so a clock found ahead is not
+        # credited here (resuming later, by at most the skew), one found behind is.
         if (self._preempted_at_ms is not None
-                and targets.issued_at_ms + offset <= self._preempted_at_ms):
+                and targets.issued_at_ms + min(offset, 0) <= self._preempted_at_ms):
             return "issued_before_preemption"
         return None
 

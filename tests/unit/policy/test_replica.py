@@ -84,12 +84,18 @@ def test_a_notice_at_or_past_its_deadline_stops_optional_work_at_once() -> None:
         assert policy.allow_extra(policy.current(120), 4).refused == "preemption"
 
 
-def test_a_notice_issued_before_the_replica_started_is_stale() -> None:
+def test_a_reclaim_the_replica_outlived_is_stale_one_still_pending_applies() -> None:
     policy = _policy(started_ms=1_000)
     policy.offer(_targets(1, at=1_000), 1_000, admission_preempted=False)
-    assert policy.on_notice(_notice(ts=999, deadline=60_000), 1_010) == "stale"
+    assert policy.on_notice(_notice(ts=900, deadline=1_005), 1_010) == "stale"
     assert not policy.current(1_010).baseline_only
-    assert policy.on_notice(_notice("n2", ts=1_000, deadline=1_000), 1_010) == "applied"
+    assert policy.on_notice(_notice("n2", ts=900, deadline=60_000), 1_010) == "applied"
+    assert policy.current(1_010).reason == "preempted"
+
+
+def test_a_zero_notice_reclaim_after_the_start_applies() -> None:
+    policy = _policy(started_ms=1_000)
+    assert policy.on_notice(_notice(ts=1_000, deadline=1_000), 1_010) == "applied"
 
 
 def test_new_targets_after_a_preemption_resume_only_when_issued_after_it() -> None:
