@@ -66,6 +66,7 @@ def required_acls(component: Component, prefix: str = DEFAULT_PREFIX,
     if component == "worker":
         return [_topic(prefix, "targets", READ, "follows targets (manual assignment)"),
                 _topic(prefix, "preemption", READ, "preemption fast path (offsets by time)"),
+                _topic(prefix, "preemption", WRITE, "its own notice on SIGTERM"),
                 _topic(prefix, "telemetry", WRITE, "WindowReports"),
                 _topic(prefix, "deadletter", WRITE, "undecodable targets or notices"),
                 AclRule("group", WORKER_GROUPS, "prefixed", ("DESCRIBE",),

@@ -58,6 +58,11 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     readiness_timeout_s: Annotated[float, Meta(ge=0.0, le=600.0)] = 10.0
     #: How far back the preemption topic is read at start (a notice may predate a restart).
     preemption_lookback_s: Annotated[float, Meta(ge=0.0, le=86_400.0)] = 300.0
+    #: SIGTERM to exit at most (Kubernetes' terminationGracePeriodSeconds); also the notice an
+    #: opportunistic replica gives the control plane of its own going.
+    shutdown_grace_s: Annotated[float, Meta(gt=0.0, le=3600.0)] = 30.0
+    #: Accelerator units this replica holds: what its own notice takes off its pool's grant.
+    accelerator_units: Annotated[float, Meta(ge=0.0, le=1024.0)] = 1.0
     #: Shared HMAC key: when set, unsigned or forged targets are refused.
     targets_signing_key: str | None = None
     #: The same key read from a file (``surplus worker --signing-key-file``).

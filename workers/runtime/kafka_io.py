@@ -327,6 +327,14 @@ class KafkaIO:
         for thread in (self.preemption, self.targets, self.telemetry):
             thread.start()
 
+    def publish_notice(self, notice: PreemptionNotice, timeout_s: float) -> bool:
+        """Send this replica's own notice (SIGTERM) and wait up to ``timeout_s`` for the broker
+        to take it; False when it could not (the control plane then learns from the lapsed
+        telemetry and the scheduler instead)."""
+        self.producer.produce(self.settings.topic("preemption"), key=notice.region.encode(),
+                              value=encode(notice))
+        return self.producer.flush(timeout_s) == 0
+
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the threads, deliver what is queued (briefly: the brokers may be away), close."""
         for thread in (self.preemption, self.targets, self.telemetry):

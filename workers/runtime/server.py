@@ -6,8 +6,11 @@ worker keeps serving. Every JSON response, errors included, carries the worker's
 ``ServerState`` so clients can shed on their own before the control loop reacts.
 
 ``serve(config)`` runs one worker until SIGTERM/SIGINT: HTTP first (so /healthz answers while
-the model loads), then the model and the inference thread, then Kafka; on a signal it stops
-taking requests, serves what is queued, flushes telemetry and exits.
+the model loads), then the model and the inference thread, then Kafka. On a signal, in this
+order and within ``shutdown_grace_s``: it turns not-ready and refuses new requests; stops
+optional work at once; publishes a notice for itself with the grace period as its notice (an
+opportunistic replica: the control plane's fast path drops its share); finishes the baseline
+work in flight; flushes telemetry and exits.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -137,7 +141,8 @@ async def serve(config: WorkerConfig, stop: asyncio.Event | None = None,
         with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
             loop.add_signal_handler(sig, stop.set)
     worker = Worker(config)
-    runner = web.AppRunner(create_app(worker), access_log=None)
+    runner = web.AppRunner(create_app(worker), access_log=None,
+                           shutdown_timeout=config.shutdown_grace_s)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
     await site.start()
@@ -152,13 +157,29 @@ async def serve(config: WorkerConfig, stop: asyncio.Event | None = None,
             on_ready(worker, port)
         await stop.wait()
     finally:
-        log.info("worker %s shutting down", config.worker_id)
-        worker.stopping = True
-        await site.stop()
-        await worker.stop()
-        if kafka is not None:
-            await asyncio.to_thread(kafka.stop)
-        await runner.cleanup()
+        await shut_down(worker, kafka, site, runner)
+
+
+async def shut_down(worker: Worker, kafka: Any, site: web.TCPSite,
+                    runner: web.AppRunner) -> None:
+    """The SIGTERM sequence (module docstring), every step bounded by the grace period."""
+    config = worker.config
+    grace_ends = time.monotonic() + config.shutdown_grace_s
+
+    def left(cap_s: float) -> float:
+        return max(0.1, min(cap_s, grace_ends - time.monotonic()))
+
+    log.info("worker %s shutting down (grace %.1f s)", config.worker_id, config.shutdown_grace_s)
+    notice = worker.begin_shutdown()
+    if kafka is not None and config.tier == "opportunistic":
+        sent = await asyncio.to_thread(kafka.publish_notice, notice, left(2.0))
+        log.info("worker %s notice %s %s", config.worker_id, notice.notice_id,
+                 "published" if sent else "not delivered")
+    await site.stop()
+    await worker.stop(left(config.shutdown_grace_s))
+    if kafka is not None:
+        await asyncio.to_thread(kafka.stop, left(10.0))
+    await runner.cleanup()
 
 
 def start_kafka(worker: Worker) -> Any:

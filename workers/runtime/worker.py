@@ -112,10 +112,27 @@ class Worker:
         self.model = loaded
         self.batcher.start()
 
-    async def stop(self) -> None:
-        """Refuse new work, serve what is queued, stop the inference thread."""
+    def begin_shutdown(self) -> PreemptionNotice:
+        """SIGTERM's first steps, at once: not ready (new requests are refused), then optional
+        work stopped through the preemption path, by a notice for this replica alone whose
+        deadline is the grace period. Returns the notice, for the control plane's fast path
+        to drop this replica's share. Baseline work in flight carries on (``stop``)."""
         self.stopping = True
-        await asyncio.to_thread(self.batcher.stop)
+        now = self.clock_ms()
+        cfg = self.config
+        notice = PreemptionNotice(
+            notice_id=f"shutdown-{cfg.worker_id}-{now}", ts_ms=now, region=cfg.region,
+            pool_id=cfg.pool, replicas=[cfg.worker_id],
+            deadline_ms=now + int(cfg.shutdown_grace_s * 1000), accelerator=cfg.accelerator,
+            accelerator_units=cfg.accelerator_units)
+        self._stop_optional(notice)  # not a reclaim reaction: kept out of its metrics
+        return notice
+
+    async def stop(self, timeout_s: float = 30.0) -> None:
+        """Refuse new work, serve what is queued (baseline only once optional work stopped),
+        stop the inference thread; waits at most ``timeout_s``."""
+        self.stopping = True
+        await asyncio.to_thread(self.batcher.stop, timeout_s)
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Ready once the model serves and targets were read (or we gave up waiting)."""
@@ -284,19 +301,24 @@ class Worker:
 
     def on_preemption(self, notice: PreemptionNotice) -> NoticeOutcome:
         """Stop optional work now if the notice is for this replica; returns the outcome."""
-        with self._targets_lock:
-            outcome = self.policy.on_notice(notice, self.clock_ms())
+        outcome = self._stop_optional(notice)
         if outcome != "applied":
             return outcome
-        self.batcher.preempt()
         stopped_ns = time.perf_counter_ns()
         reaction_ms = time.time_ns() / 1e6 - notice.ts_ms
         self.metrics.preemption_reaction.observe(max(0.0, reaction_ms) / 1000.0)
         self.metrics.preemptions.inc()
-        self.draining_deadline_ms = notice.deadline_ms
         for listener in self.preemption_listeners:
             listener(notice, stopped_ns)
         return "applied"
+
+    def _stop_optional(self, notice: PreemptionNotice) -> NoticeOutcome:
+        with self._targets_lock:
+            outcome = self.policy.on_notice(notice, self.clock_ms())
+        if outcome == "applied":
+            self.batcher.preempt()
+            self.draining_deadline_ms = notice.deadline_ms
+        return outcome
 
     # -- observation -----------------------------------------------------------------------------
 
