@@ -78,13 +78,18 @@ async def test_targets_on_the_topic_are_read_from_the_beginning_and_followed(
         assert resp["optional_scored"] == 3
 
 
+async def following_notices(worker: Worker) -> None:
+    """Until the worker holds the targets of epoch 1 and reads the preemption topic."""
+    await eventually(lambda: worker.current_targets().epoch == 1)
+    await eventually(lambda: bool(worker.kafka and
+                                  worker.kafka.readiness()[1]["preemption_partitions"]))
+
+
 async def test_preemption_notice_stops_optional_work_and_the_reaction_is_measured(
         kafka: KafkaSettings) -> None:
     produce(kafka, "targets", "eu1", encode(targets(epoch=1)))
     async with running_worker(kafka_config(kafka)) as (worker, client):
-        await eventually(lambda: worker.current_targets().epoch == 1)
-        await eventually(lambda: bool(worker.kafka and
-                                      worker.kafka.readiness()[1]["preemption_partitions"]))
+        await following_notices(worker)
         stopped: list[tuple[int, int]] = []
         worker.preemption_listeners.append(
             lambda n, ns: stopped.append((n.ts_ms, wall_ms())))
@@ -108,9 +113,7 @@ async def test_a_zero_notice_reclaim_on_the_topic_stops_optional_work_and_an_old
         kafka: KafkaSettings) -> None:
     produce(kafka, "targets", "eu1", encode(targets(epoch=1)))
     async with running_worker(kafka_config(kafka)) as (worker, client):
-        await eventually(lambda: worker.current_targets().epoch == 1)
-        await eventually(lambda: bool(worker.kafka and
-                                      worker.kafka.readiness()[1]["preemption_partitions"]))
+        await following_notices(worker)
         outcomes = worker.metrics.kafka_messages
         # Issued before this replica started (read back after a restart): stale, no effect.
         produce(kafka, "preemption", "eu1", encode(notice(
