@@ -65,8 +65,8 @@ def required_acls(component: Component, prefix: str = DEFAULT_PREFIX,
                         "state read-back consumer (assigned by hand, commits nothing)")]
     if component == "worker":
         return [_topic(prefix, "targets", READ, "follows targets (manual assignment)"),
-                _topic(prefix, "preemption", READ, "preemption fast path (offsets by time)"),
-                _topic(prefix, "preemption", WRITE, "its own notice on SIGTERM"),
+                _topic(prefix, "preemption", ("READ", "WRITE", "DESCRIBE"),
+                       "preemption fast path (offsets by time); its own notice on SIGTERM"),
                 _topic(prefix, "telemetry", WRITE, "WindowReports"),
                 _topic(prefix, "deadletter", WRITE, "undecodable targets or notices"),
                 AclRule("group", WORKER_GROUPS, "prefixed", ("DESCRIBE",),

@@ -27,11 +27,12 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 GRACE_S = 5.0
 #: Requests wait this long for their batch: long enough to be in flight when SIGTERM lands.
-BATCH_WAIT_MS = 400.0
+BATCH_WAIT_MS = 1500.0
+REQUESTS, EXTRA = 4, 4
 
 
 def _rank(url: str, request_id: str) -> tuple[int, dict[str, Any]]:
-    candidates = [{"id": i, "sparse": [i % 7] * NUM_SPARSE} for i in range(6)]
+    candidates = [{"id": i, "sparse": [i % 7] * NUM_SPARSE} for i in range(2 + EXTRA)]
     body = json.dumps({"request_id": request_id, "segment": "all", "dense": [0.1] * NUM_DENSE,
                        "candidates": candidates, "base_count": 2, "value": 1.0,
                        "deadline_ms": 5_000.0}).encode()
@@ -59,10 +60,14 @@ def test_sigterm_drains_in_order_and_tells_the_control_plane(kafka: KafkaSetting
         assert _rank(worker.url, "warm")[1]["optional_scored"] == 4
         answers: list[tuple[int, dict[str, Any]]] = []
         threads = [threading.Thread(target=lambda i=i: answers.append(
-            _rank(worker.url, f"r{i}"))) for i in range(4)]
+            _rank(worker.url, f"r{i}"))) for i in range(REQUESTS)]
         for thread in threads:
             thread.start()
-        time.sleep(BATCH_WAIT_MS / 4000.0)   # admitted, waiting for their batch
+        queued = 'surplus_worker_queued_optional_units'
+        waited = time.monotonic()
+        while worker.metrics().get(queued) != REQUESTS * EXTRA:  # all admitted, none served
+            assert time.monotonic() - waited < BATCH_WAIT_MS / 2000.0, worker.metrics()
+            time.sleep(0.02)
         signalled = time.monotonic()
         worker.send(signal.SIGTERM)
         not_ready_after = None
@@ -89,7 +94,7 @@ def test_sigterm_drains_in_order_and_tells_the_control_plane(kafka: KafkaSetting
     assert not_ready_after is not None and not_ready_after < 1.0
     assert code == 0 and exited_after < GRACE_S, worker.output()[-3000:]
     # The baseline work in flight was finished; its optional work stopped at the signal.
-    assert len(answers) == 4
+    assert len(answers) == REQUESTS
     assert all(status == 200 and a["scored"] == 2 and a["shed_reason"] == "preemption"
                for status, a in answers), answers
     assert msg is not None, worker.output()[-3000:]
