@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 GRACE_S = 5.0
 #: Requests wait this long for their batch: long enough to be in flight when SIGTERM lands.
-BATCH_WAIT_MS = 1500.0
+BATCH_WAIT_MS = 900.0
 REQUESTS, EXTRA = 4, 4
 
 
