@@ -277,11 +277,15 @@ class Admission(Generic[T]):
 
     def __init__(self, config: AdmissionConfig | None = None,
                  on_shed: Callable[[T, ShedReason], None] | None = None,
-                 batch_units: int | None = None, *, whole_requests: bool = False) -> None:
+                 batch_units: int | None = None, *, whole_requests: bool = False,
+                 batch_wait_ms: float = 0.0) -> None:
         """``whole_requests``: this replica serves only optional work, whole requests, so its
-        queue is bounded by their deadlines (see the module docstring)."""
+        queue is bounded by their deadlines (see the module docstring), less
+        ``batch_wait_ms``, the time the batcher may hold a request to fill a batch, which the
+        predicted wait does not count."""
         self.config = config or AdmissionConfig()
         self.whole_requests = whole_requests
+        self.batch_wait_ms = batch_wait_ms
         #: How far ahead of their arrival the deadlines of recent optional work lay (EWMA).
         self._horizon_ms = 0.0
         self.on_shed = on_shed
@@ -445,7 +449,9 @@ class Admission(Generic[T]):
     def delay_bound_ms(self) -> float:
         """Predicted wait above which optional work is shed (see the module docstring)."""
         bound = self.config.max_queue_delay_ms
-        return max(bound, self._horizon_ms) if self.whole_requests else bound
+        if not self.whole_requests:
+            return bound
+        return max(bound, self._horizon_ms - self.batch_wait_ms)
 
     def predicted_delay_ms(self) -> float:
         """How long work admitted now would wait behind everything queued and in flight."""

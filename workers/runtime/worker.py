@@ -80,7 +80,8 @@ class Worker:
         self.clock_ms = clock_ms
         self.model: LoadedModel | None = None
         self.admission: Admission[Job] = Admission(
-            config.admission, whole_requests=config.whole_request_optional)
+            config.admission, whole_requests=config.whole_request_optional,
+            batch_wait_ms=config.batching.max_wait_ms)
         self.batcher = Batcher(_NotLoaded(), self.admission, config.batching,
                                on_batch=self._on_batch, clock_ms=monotonic_ms)
         key = config.signing_key()

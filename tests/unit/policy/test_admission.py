@@ -199,6 +199,12 @@ def test_a_whole_request_replica_still_sheds_past_its_deadline_horizon() -> None
     assert adm.shed_units == {"overload": 6}
 
 
+def test_a_whole_request_bound_leaves_the_batchers_own_wait_to_the_deadline() -> None:
+    adm: Admission[str] = Admission(CFG, whole_requests=True, batch_wait_ms=15.0)
+    adm.admit_optional("o", value=1.0, deadline_ms=40, now_ms=0, units=1)
+    assert adm.delay_bound_ms == 25.0
+
+
 def test_a_whole_request_bound_is_never_below_the_configured_one() -> None:
     adm: Admission[str] = Admission(CFG, whole_requests=True)
     adm.admit_optional("short", value=1.0, deadline_ms=3, now_ms=0, units=1)
