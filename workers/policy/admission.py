@@ -10,8 +10,8 @@ opportunistic replica) waits in a value-ordered queue and is the only thing ever
   on a replica that also serves baseline work. A replica that serves whole requests as optional
   work (the powerful-model pool) runs no baseline that a queue could delay, and one of its
   requests may take longer to serve than a ranking queue may wait: there the bound is the
-  deadline its requests carry (a recent average of how far ahead their deadlines lie), never
-  less than ``max_queue_delay_ms``;
+  deadline its requests carry (a recent average of how far ahead their deadlines lie) less the
+  batcher's own wait, never less than ``max_queue_delay_ms``;
 - ``deadline``: its deadline passed while it waited (work done after that is wasted);
 - ``preemption``: the replica is being reclaimed; every queued optional unit goes at once and
   nothing optional is admitted until :meth:`Admission.resume`;
