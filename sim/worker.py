@@ -34,7 +34,7 @@ from schemas.contract import ControlTargets, PreemptionNotice, WindowReport
 from sim.scenario import PoolConfig
 from workers.api import ServerState
 from workers.policy.admission import Admission, AdmissionConfig
-from workers.policy.replica import NoticeOutcome, ReplicaPolicy
+from workers.policy.replica import NoticeOutcome, ReplicaPolicy, serves_whole_requests
 from workers.policy.targets import LocalLimits, TargetState, TargetVerdict
 from workers.policy.window import Identity, LoadTotals, ReportWindow
 
@@ -106,7 +106,7 @@ class SimWorker:
             admission, initial_ms_per_unit=min(10_000.0, 1000.0 / max(
                 replicas * pool.units_per_s, 1e-6)))
         self.admission: Admission[tuple[Request, int]] = Admission(
-            warm, on_shed=self._shed, whole_requests=pool.model == "powerful")
+            warm, on_shed=self._shed, whole_requests=serves_whole_requests(pool.model, pool.tier))
         self.policy = ReplicaPolicy(pool_id=self.pool_id, worker_id=worker_id, region=region,
                                     limits=limits, started_ms=start_ms)
         self.noise = noise
@@ -235,10 +235,7 @@ class SimWorker:
         allowed = allowance.allowed
         if allowance.refused is not None:
             adm.count_shed(allowance.refused, extra - allowed)
-        trimmed = max(0, allowed - adm.optional_room()) if allowed else 0
-        if trimmed:  # the extras that did not fit under the delay bound
-            adm.count_shed("overload", trimmed)
-            allowed -= trimmed
+        allowed = adm.fit_optional(allowed)
         if allowed and adm.admit_optional((req, OPT), req.value, int(now + deadline_ms), now,
                                           units=allowed):
             req.opt_units = allowed

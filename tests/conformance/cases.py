@@ -17,7 +17,7 @@ each step's answer. Steps:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 T0 = 1_700_000_000_000
 REGION = "eu1"
@@ -80,7 +80,10 @@ class Case:
     model: str = "baseline"
     """``powerful``: an opportunistic replica of the powerful model (whole requests)."""
     budget_share: float = 1.0
-    extra: dict[str, object] = field(default_factory=dict)
+    ms_per_unit: float | None = None
+    """A service time both sides assume before they measure one (the live side then measures
+    torch, the simulated side its pool's rate): a case that depends on it ranks once."""
+    max_queue_delay_ms: float | None = None
 
 
 CASES: tuple[Case, ...] = (
@@ -117,6 +120,11 @@ CASES: tuple[Case, ...] = (
     Case("capacity events are the control plane's, not the worker's", (
         Targets(1, extra=3), Capacity("grant", 4.0), Rank(2, 5), Capacity("revoke", 0.0),
         Rank(2, 5), Report())),
+    Case("extras are trimmed to what fits under the delay bound, the rest overload", (
+        Targets(1, extra=32), Rank(4, 32), Report()), ms_per_unit=1.0, max_queue_delay_ms=10.0),
+    Case("a powerful replica queues a whole request to its deadline, past the ranking bound", (
+        Targets(1, extra=0, coverage=0.5), Rank(20, 20), Report()), model="powerful",
+        ms_per_unit=1.0, max_queue_delay_ms=10.0),
     Case("powerful replica: whole requests, refused while baseline only", (
         Rank(4, 4), Targets(1, extra=0, coverage=0.5), Rank(4, 4), Rank(6, 2),
         Notice("p1"), Rank(4, 4), Report()), model="powerful"),

@@ -56,6 +56,13 @@ class Side(Protocol):
     async def report(self) -> dict[str, Any]: ...
 
 
+def admission_overrides(case: Case) -> dict[str, Any]:
+    """The case's service model and delay bound as worker config keys, for both sides."""
+    keys = {"admission.initial_ms_per_unit": case.ms_per_unit,
+            "admission.max_queue_delay_ms": case.max_queue_delay_ms}
+    return {k: v for k, v in keys.items() if v is not None}
+
+
 class LiveSide:
     """``workers.runtime.worker.Worker``: the HTTP handler's code path, minus the HTTP."""
 
@@ -65,7 +72,7 @@ class LiveSide:
             "worker_id": WORKER, "region": REGION, "accelerator": "cpu",
             "tier": "opportunistic" if model == "powerful" else "baseline",
             "model.name": model, "budget_share": case.budget_share,
-            "batching.max_wait_ms": 0.0})
+            "batching.max_wait_ms": 0.0, **admission_overrides(case)})
         self.pool_id = self.config.pool
         self.worker = Worker(self.config, clock_ms=clock, monotonic_ms=clock)
         self._ids = itertools.count()
@@ -111,10 +118,11 @@ class SimSide:
             model="powerful" if powerful else "baseline",
             tier="opportunistic" if powerful else "baseline", accelerator="cpu",
             replicas=0 if powerful else 1, capacity=CapacityConfig() if powerful else None,
-            units_per_s=1e6, latency_sigma=0.0)
+            units_per_s=1000.0 / case.ms_per_unit if case.ms_per_unit else 1e6,
+            inflight_ms=1_000.0, latency_sigma=0.0)
         self.pool_id = self.pool.pool_id(REGION)
         self.clock = clock
-        live = tiny_config(worker_id=WORKER)
+        live = tiny_config(worker_id=WORKER, **admission_overrides(case))
         self.worker = SimWorker(self.pool, REGION, WORKER, 1, admission=live.admission,
                                 limits=live.limits, start_ms=clock(), noise=lambda: 1.0,
                                 on_done=self._done, on_shed=lambda *_: None)

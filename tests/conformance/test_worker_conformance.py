@@ -107,7 +107,7 @@ async def test_the_cases_exercise_every_decision_they_are_meant_to() -> None:
                 verdicts.add(live)
             elif isinstance(step, Notice):
                 outcomes.add(live)
-    assert {"stale_targets", "over_target", "budget", "preemption"} <= reasons
+    assert {"stale_targets", "over_target", "budget", "preemption", "overload"} <= reasons
     assert {"applied", "expired", "wrong_scope", "out_of_range", "duplicate_epoch",
             "issued_before_preemption"} <= verdicts
     assert {"applied", "not_mine", "duplicate", "stale"} <= outcomes

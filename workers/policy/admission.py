@@ -470,6 +470,17 @@ class Admission(Generic[T]):
             return 0
         return int(spare / max(self.service.per_unit_ms, 1e-9))
 
+    def fit_optional(self, units: int) -> int:
+        """How many of one request's `units` divisible optional units to queue: those that fit
+        under the delay bound now (:meth:`optional_room`). The rest are counted as shed for
+        ``overload`` here, so the live and the simulated worker cannot count them apart."""
+        if units <= 0:
+            return 0
+        fits = min(units, self.optional_room())
+        if fits < units:
+            self.count_shed("overload", units - fits)
+        return fits
+
     def queue_delay_ms(self, now_ms: int) -> float:
         """The larger of the predicted wait and the age of the oldest queued baseline work."""
         oldest = now_ms - self._baseline[0].enqueued_ms if self._baseline else 0

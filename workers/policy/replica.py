@@ -22,6 +22,14 @@ from workers.policy.targets import EffectiveTargets, LocalLimits, TargetState, T
 NoticeOutcome = Literal["applied", "not_mine", "stale", "duplicate"]
 
 
+def serves_whole_requests(model: str, tier: str) -> bool:
+    """An opportunistic replica of the powerful model only ever does optional work (SBM): each
+    request it takes is one unit of optional work, done whole or not at all, and no baseline
+    waits behind its queue. The live worker and the simulated one ask this, not their own
+    test, so that both bound that queue alike (`Admission(whole_requests=...)`)."""
+    return tier == "opportunistic" and model == "powerful"
+
+
 def fail_safe_reason(targets: EffectiveTargets) -> ShedReason:
     """Why optional work is refused while targets say baseline only (invariant 2)."""
     return "preemption" if targets.reason == "preempted" else "stale_targets"

@@ -171,10 +171,11 @@ class Batcher:
         with self._cond:
             self.admission.set_budget(units_per_s, self._now())
 
-    def optional_room(self) -> int:
-        """Optional units that fit under admission's delay bound now."""
+    def fit_optional(self, units: int) -> int:
+        """Of `units` divisible optional units, those that fit under admission's delay bound
+        now; the rest are counted as shed (`Admission.fit_optional`)."""
         with self._cond:
-            return self.admission.optional_room()
+            return self.admission.fit_optional(units)
 
     def count_shed(self, reason: ShedReason, units: int) -> None:
         with self._cond:

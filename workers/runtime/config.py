@@ -23,6 +23,7 @@ from schemas.contract import Tier
 from schemas.kafka_config import KafkaSettings
 from schemas.signing import load_key
 from workers.policy.admission import AdmissionConfig
+from workers.policy.replica import serves_whole_requests
 from workers.policy.targets import LocalLimits
 from workers.runtime.batching import BatchingConfig
 from workers.runtime.models import ModelSpec
@@ -78,7 +79,7 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     @property
     def whole_request_optional(self) -> bool:
         """An opportunistic replica of the powerful model only ever does optional work."""
-        return self.tier == "opportunistic" and self.model.name == "powerful"
+        return serves_whole_requests(self.model.name, self.tier)
 
     def signing_key(self) -> bytes | None:
         """The key targets must be signed with, or None when signatures are not checked."""

@@ -212,8 +212,8 @@ class Worker:
         allowed, refusal = allowance.allowed, allowance.refused
         try:
             base_fut = self.batcher.submit_baseline(dense, sparse[:base_n]) if base_n else None
-            trimmed = max(0, allowed - self.batcher.optional_room()) if allowed else 0
-            allowed -= trimmed
+            fitted = self.batcher.fit_optional(allowed)
+            trimmed, allowed = allowed - fitted, fitted
             opt_fut = (self.batcher.submit_optional(dense, sparse[base_n:base_n + allowed],
                                                     req.value, req.deadline_ms)
                        if allowed else None)
@@ -222,8 +222,7 @@ class Worker:
             raise NotReady(str(exc)) from None
         if extra_n > allowed + trimmed and refusal is not None:
             self.batcher.count_shed(refusal, extra_n - allowed - trimmed)
-        if trimmed:  # the extras that did not fit under the delay bound
-            self.batcher.count_shed("overload", trimmed)
+        if trimmed:  # the extras that did not fit under the delay bound (counted already)
             refusal = "overload"
         scores: list[float] = []
         try:
@@ -325,9 +324,12 @@ class Worker:
 
     def snapshot(self) -> Snapshot:
         with self._targets_lock:
-            effective = self.targets.current(self.clock_ms())
+            now_ms = self.clock_ms()
+            effective = self.targets.current(now_ms)
             verdicts = dict(self.targets.counters)
-        return Snapshot(self.batcher.state(), effective, verdicts, self.in_flight)
+            age_ms = self.targets.age_ms(now_ms)
+        return Snapshot(self.batcher.state(), effective, verdicts, self.in_flight,
+                        targets_age_ms=age_ms)
 
     def load_totals(self) -> LoadTotals:
         return LoadTotals.of(self.batcher.state(), self.batcher.rows_done, self.batcher.busy_s)
