@@ -114,6 +114,18 @@ def starting_at_time(consumer: Consumer, wanted: Iterable[tuple[str, int]], ts_m
             for tp in found]
 
 
+def lag(consumer: Consumer) -> int:
+    """Messages between a consumer's positions and the ends of its assigned partitions, from
+    the watermarks its last fetches brought (no broker round trip). A partition with no
+    position yet (nothing read since it was assigned at its end) counts as caught up."""
+    behind = 0
+    for tp in consumer.position(consumer.assignment()):
+        _, high = consumer.get_watermark_offsets(tp, cached=True)
+        if tp.offset >= 0 and high >= 0:
+            behind += max(0, high - tp.offset)
+    return behind
+
+
 def is_partition_eof(err: KafkaError | None) -> bool:
     """True for the event a consumer with ``enable.partition.eof`` sends on reaching the
     current end of a partition: a position, not an error."""

@@ -145,6 +145,13 @@ class TargetState:
         self._expiry_counted = True
         self._expires_at_ms = -1 if self.held is None else 2**62
 
+    def age_ms(self, now_ms: int) -> int | None:
+        """How old the held target is on its sender's clock (None when none was accepted):
+        what an operator watches to see targets still flowing, read as expiry reads it."""
+        if self.held is None:
+            return None
+        return now_ms - self.offset_ms() - self.held.issued_at_ms
+
     def offset_ms(self) -> int:
         """How far this receiver's clock runs ahead of the control plane's (negative: behind),
         estimated as NTP's minimum filter does: the smallest lag (receipt less issue time)

@@ -48,6 +48,9 @@ from workers.runtime.worker import Worker
 log = logging.getLogger("surplus.worker.kafka")
 LIBRDKAFKA_LOG = logging.getLogger("surplus.worker.kafka.librdkafka")
 
+#: How often each consumer's lag is read into its gauge (a local call, no broker round trip).
+LAG_EVERY_S = 1.0
+
 _targets_codec = codec_for(ControlTargets)
 _notice_codec = codec_for(PreemptionNotice)
 
@@ -150,15 +153,23 @@ class _Subscriber(threading.Thread):
             try:
                 if not self._assign(consumer):
                     return
+                lag_at = 0.0
                 while not self._stop_event.is_set():
                     msg = consumer.poll(0.1)
                     if msg is not None:
                         self._dispatch(msg)
+                    if time.monotonic() >= lag_at:
+                        lag_at = time.monotonic() + LAG_EVERY_S
+                        self._observe_lag(consumer)
             except Exception:
                 log.exception("%s subscriber failed; restarting it", self.logical)
                 self._stop_event.wait(1.0)
             finally:
                 consumer.close()
+
+    def _observe_lag(self, consumer: Consumer) -> None:
+        """How far behind this consumer runs: targets or notices waiting unread."""
+        self.worker.metrics.kafka_lag.labels(self.logical).set(kafka_clients.lag(consumer))
 
     def _assign(self, consumer: Consumer) -> bool:
         """Find the partitions (retrying while the brokers are away) and assign them all."""

@@ -33,6 +33,8 @@ class Snapshot:
     targets: EffectiveTargets
     target_verdicts: dict[str, int]
     in_flight: int
+    #: Age of the held targets on the control plane's clock; None when none was accepted.
+    targets_age_ms: int | None = None
 
 
 class _StateCollector(Collector):
@@ -60,6 +62,10 @@ class _StateCollector(Collector):
                 ("epoch", t.epoch, "Epoch of the targets held (-1: none)"),
                 ("baseline_only", int(t.baseline_only), "1 when only baseline work is done")):
             yield GaugeMetricFamily(f"surplus_worker_targets_{name}", doc, value=float(value))
+        age = snap.targets_age_ms
+        yield GaugeMetricFamily("surplus_worker_targets_age_seconds",
+                                "Age of the targets held, on the control plane's clock "
+                                "(-1: none yet)", value=-1.0 if age is None else age / 1000.0)
         a = snap.admission
         for name, value, doc in (
                 ("queue_delay_ms", a.queue_delay_ms, "Predicted queue delay"),
@@ -101,6 +107,9 @@ class WorkerMetrics:
         self.kafka_messages = Counter("surplus_worker_kafka_messages",
                                       "Kafka messages handled, by topic and outcome",
                                       ["topic", "outcome"], registry=reg)
+        self.kafka_lag = Gauge("surplus_worker_kafka_lag_messages",
+                               "Messages behind the end of the topic, by consumer",
+                               ["topic"], registry=reg)
         self.deadletters = Counter("surplus_worker_deadletters",
                                    "Messages sent to the dead-letter topic, by source topic",
                                    ["source"], registry=reg)

@@ -233,3 +233,12 @@ def test_a_forged_target_teaches_nothing_about_the_clock() -> None:
     state = _state()
     state.offer(targets(scope="us1", issued_at_ms=T0 + 4_000), T0)
     assert state.offset_ms() == 0
+
+
+def test_targets_age_is_read_on_the_senders_clock_and_is_none_before_any_target() -> None:
+    state = _state()
+    assert state.age_ms(T0) is None
+    # a receiver 2 s ahead: two targets teach it the offset (each arrives 5 ms after issue)
+    state.offer(targets(epoch=1, issued_at_ms=T0), T0 + 2_005)
+    state.offer(targets(epoch=2, issued_at_ms=T0 + 1_000), T0 + 3_005)
+    assert state.age_ms(T0 + 3_505) == 500
