@@ -25,6 +25,9 @@ HOUR_MS = 3_600_000
 # that owns that partition owns the scope, with no repartition hop. Producers must use the
 # Java-compatible murmur2 partitioner (`KafkaSettings.producer()`), as Faust/aiokafka does.
 SCOPE_PARTITIONS = 8
+#: Replicas per partition where the cluster has the brokers: with three, losing any one broker
+#: loses no message acknowledged to acks=all and leaves every partition writable.
+MAX_REPLICATION = 3
 
 
 @dataclass(frozen=True)
@@ -74,3 +77,17 @@ def spec(logical: str) -> TopicSpec:
 
 def topic_name(logical: str, prefix: str = DEFAULT_PREFIX) -> str:
     return spec(logical).name(prefix)
+
+
+def replication_for(brokers: int) -> int:
+    """The replication factor of Surplus's topics on a cluster of ``brokers``: every broker,
+    up to `MAX_REPLICATION` (more copies cost writes and buy nothing one lost broker needs)."""
+    if brokers < 1:
+        raise ValueError(f"a cluster has at least one broker, not {brokers}")
+    return min(MAX_REPLICATION, brokers)
+
+
+def min_insync_for(replication: int) -> int:
+    """Replicas that must hold a write before acks=all acknowledges it: all but one, so one
+    broker may be lost without losing an acknowledged write or the partition's writability."""
+    return max(1, replication - 1)

@@ -61,7 +61,9 @@ def create_app(kafka: KafkaSettings | None = None, settings: ControlPlaneSetting
         **broker_kwargs(kafka),
         store="memory://",
         topic_partitions=settings.partitions,
-        topic_replication_factor=settings.replication_factor,
+        # `surplus control-plane` creates the topics first, replicated as the cluster allows;
+        # a bare `faust -A streams.app worker` that creates them gets one replica unless told.
+        topic_replication_factor=settings.replication_factor or 1,
         topic_disable_leader=True,
         web_enabled=False,
         datadir=str(settings.data_dir),

@@ -18,7 +18,10 @@ class ControlPlaneSettings(BaseSettings):
     app_id: str = Field(default="surplus-control", min_length=1)
     config_path: Path | None = None
     partitions: int = Field(default=SCOPE_PARTITIONS, ge=1, le=1024)
-    replication_factor: int = Field(default=1, ge=1, le=16)
+    #: Replicas of the control plane's own topics (ticks, scope changelog). Unset:
+    #: `surplus control-plane` asks the cluster (its broker count, up to 3, as for the
+    #: catalog's topics), so state survives a broker lost wherever the cluster can hold it.
+    replication_factor: int | None = Field(default=None, ge=1, le=16)
     metrics_port: int = Field(default=0, ge=0, le=65535)
     #: Loopback unless asked: prometheus-client would otherwise bind every interface.
     metrics_host: str = Field(default="127.0.0.1", min_length=1)

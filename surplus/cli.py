@@ -25,7 +25,8 @@ from surplus.worker_cmd import worker
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Surplus: harvest spare inference capacity for optional ranking work.")
-kafka_app = typer.Typer(no_args_is_help=True, help="The embedded local Kafka broker (KRaft).")
+kafka_app = typer.Typer(no_args_is_help=True,
+                        help="The embedded local Kafka broker, or cluster (KRaft).")
 topics_app = typer.Typer(no_args_is_help=True, help="The topic catalog on a cluster.")
 app.add_typer(kafka_app, name="kafka")
 app.add_typer(topics_app, name="topics")
@@ -53,14 +54,23 @@ def kafka_fetch() -> None:
 
 
 @kafka_app.command("up")
-def kafka_up(port: Annotated[int, typer.Option(help="Client port (controller uses port+1).")]
-             = localkafka.DEFAULT_PORT,
+def kafka_up(port: Annotated[int, typer.Option(
+                 help="Client port (controller uses port+1; with --brokers N, node i uses "
+                      "port+2(i-1) and the port after).")] = localkafka.DEFAULT_PORT,
              data_dir: DataDir = localkafka.DEFAULT_DATA,
+             brokers: Annotated[int, typer.Option(
+                 min=1, max=localkafka.MAX_BROKERS,
+                 help="Nodes (broker and controller each); from 3, topics get replication "
+                      "factor 3 and min.insync.replicas 2.")] = 1,
              fetch: Annotated[bool, typer.Option(help="Fetch missing jars first.")] = True) -> None:
-    """Start the local broker in the background and wait until it serves metadata."""
+    """Start the local broker (or cluster) in the background and wait until it serves
+    metadata."""
     try:
         if fetch:
             localkafka.fetch_jars()
+        if brokers > 1:
+            _cluster_up(brokers, port, data_dir)
+            return
         info, started = localkafka.up(port=port, data_dir=data_dir)
     except localkafka.BrokerError as exc:
         fail(str(exc))
@@ -72,9 +82,25 @@ def kafka_up(port: Annotated[int, typer.Option(help="Client port (controller use
     typer.echo(info.bootstrap)
 
 
+def _cluster_up(brokers: int, port: int, data_dir: Path) -> None:
+    cluster, started = localkafka.up_cluster(brokers, port=port, data_dir=data_dir)
+    pids = ", ".join(f"node {n.node_id} pid {n.pid}" for n in cluster.nodes)
+    if started:
+        typer.echo(f"Kafka cluster of {brokers} up at {cluster.bootstrap} ({pids}, ready in "
+                   f"{cluster.started_in_s:.1f}s, data {cluster.data_dir})")
+    else:
+        typer.echo(f"Kafka cluster already running at {cluster.bootstrap} ({pids}); "
+                   f"nothing to do")
+    typer.echo(cluster.bootstrap)
+
+
 @kafka_app.command("status")
 def kafka_status(data_dir: DataDir = localkafka.DEFAULT_DATA) -> None:
-    """Say whether the local broker runs and serves metadata; exit 1 when it does not."""
+    """Say whether the local broker (every node of a cluster) runs and serves metadata; exit 1
+    when it does not."""
+    if localkafka.is_cluster(data_dir):
+        _cluster_status(data_dir)
+        return
     info = localkafka.status(data_dir.resolve())
     if info is None:
         typer.echo("Kafka is not running")
@@ -87,9 +113,33 @@ def kafka_status(data_dir: DataDir = localkafka.DEFAULT_DATA) -> None:
         raise typer.Exit(1)
 
 
+def _cluster_status(data_dir: Path) -> None:
+    cluster = localkafka.cluster_status(data_dir)
+    if cluster is None:
+        typer.echo("Kafka cluster is not running")
+        raise typer.Exit(1)
+    healthy = not cluster.missing
+    for node in cluster.nodes:
+        serving = localkafka.serves_metadata(node.bootstrap)
+        healthy = healthy and serving
+        typer.echo(f"node {node.node_id} running at {node.bootstrap} (pid {node.pid}, "
+                   f"rss {localkafka.rss_mb(node.pid):.0f} MiB, "
+                   f"{'serving metadata' if serving else 'NOT serving metadata'})")
+    for node_id in cluster.missing:
+        typer.echo(f"node {node_id} NOT running")
+    if not healthy:
+        raise typer.Exit(1)
+
+
 @kafka_app.command("down")
 def kafka_down(data_dir: DataDir = localkafka.DEFAULT_DATA) -> None:
-    """Stop the local broker (SIGTERM, then SIGKILL after 30 s)."""
+    """Stop the local broker, or every node of a cluster (SIGTERM, then SIGKILL after 30 s)."""
+    if localkafka.is_cluster(data_dir):
+        cluster = localkafka.down_cluster(data_dir)
+        typer.echo("Kafka cluster stopped (" + ", ".join(f"node {n.node_id} pid {n.pid}"
+                                                         for n in cluster.nodes) + ")"
+                   if cluster else "Kafka cluster was not running")
+        return
     info = localkafka.down(data_dir)
     typer.echo(f"Kafka stopped (pid {info.pid})" if info else "Kafka was not running")
 
@@ -97,17 +147,21 @@ def kafka_down(data_dir: DataDir = localkafka.DEFAULT_DATA) -> None:
 @topics_app.command("apply")
 def topics_apply(bootstrap: Bootstrap = None, prefix: Prefix = None,
                  partitions: Annotated[int | None, typer.Option(
-                     help="Override every topic's partition count.")] = None) -> None:
+                     help="Override every topic's partition count.")] = None,
+                 replication_factor: Annotated[int | None, typer.Option(
+                     min=1, help="Replicas per partition of new topics (default: the "
+                                 "cluster's broker count, up to 3).")] = None) -> None:
     """Create missing topics from the catalog; exit 1 if existing ones disagree."""
     from surplus.topics import apply_topics
 
     settings = kafka_settings(bootstrap, prefix)
     try:
-        report = apply_topics(settings.confluent(), settings.prefix, partitions)
+        report = apply_topics(settings.confluent(), settings.prefix, partitions,
+                              replication_factor=replication_factor)
     except Exception as exc:
         fail(f"could not apply topics on {settings.bootstrap}: {exc}")
     for name in report.created:
-        typer.echo(f"created  {name}")
+        typer.echo(f"created  {name} (replication factor {report.replication_factor})")
     for name in report.existing:
         typer.echo(f"exists   {name}")
     for problem in report.mismatches:

@@ -67,6 +67,7 @@ def control_plane(
         fail(f"bad control config {config}: {exc}")
     preflight(kafka, timeout_s=15.0)
     _check_partitions(kafka, settings.partitions)
+    settings = settings.model_copy(update={"replication_factor": _replication(kafka, settings)})
     _create_internal_topics(kafka, settings)
     import uvloop
     from faust import Worker
@@ -80,6 +81,23 @@ def control_plane(
     worker.execute_from_commandline()
 
 
+def _replication(kafka: KafkaSettings, settings: ControlPlaneSettings) -> int:
+    """The replication factor of the control plane's own topics: as set, else the cluster's
+    (`surplus.topics.cluster_replication`), else 1 with a warning (cluster unreachable)."""
+    if settings.replication_factor is not None:
+        return settings.replication_factor
+    from schemas import kafka_clients
+    from surplus.topics import cluster_replication
+
+    try:
+        return cluster_replication(kafka_clients.admin(kafka), timeout_s=10.0)
+    except Exception as exc:
+        typer.echo(f"warning: could not count the cluster's brokers ({exc}); the control "
+                   f"plane's topics get 1 replica (set SURPLUS_CONTROL_REPLICATION_FACTOR)",
+                   err=True)
+        return 1
+
+
 def _create_internal_topics(kafka: KafkaSettings, settings: ControlPlaneSettings) -> None:
     """Create the ticks and changelog topics before Faust starts. Faust creates them too, but
     its consumer can subscribe before the broker's metadata shows them; the consumer then
@@ -87,12 +105,13 @@ def _create_internal_topics(kafka: KafkaSettings, settings: ControlPlaneSettings
     ticks (seen once in the fault suite: no targets for a whole minute)."""
     from schemas import kafka_clients
     from streams.agents.control import internal_topics
-    from surplus.topics import create_topics
+    from surplus.topics import create_topics, replicated
 
     ticks, changelog = internal_topics(kafka, settings)
+    replication = settings.replication_factor or 1
     wanted = [kafka_clients.NewTopic(name, num_partitions=settings.partitions,
-                                     replication_factor=settings.replication_factor,
-                                     config={"cleanup.policy": policy})
+                                     replication_factor=replication,
+                                     config=replicated({"cleanup.policy": policy}, replication))
               for name, policy in ((ticks, "delete"), (changelog, "compact"))]
     try:
         create_topics(kafka_clients.admin(kafka), wanted, timeout_s=15.0)

@@ -1,8 +1,14 @@
-"""The embedded local Kafka broker: a real Apache Kafka (KRaft, single node) from Maven jars.
+"""The embedded local Kafka broker: a real Apache Kafka (KRaft) from Maven jars.
 
 Docker is not everywhere; Java and Maven Central are. `surplus kafka up` runs the same broker
 that production uses, on 127.0.0.1, so tests, the demo and a new user's first try all talk to
 real Kafka. Every failure mode ends in `BrokerError` with a one-line reason, never a hang.
+
+One node by default. `up_cluster` runs several (`surplus kafka up --brokers 3`), each broker
+and KRaft controller, replicated as production is (`schemas.topics.replication_for`), so that a
+broker can be killed under load: node *i* (from 1) listens on ``port + 2(i-1)`` and its
+controller on the port after, and keeps its state in ``data_dir/node-i`` laid out as a
+single broker's data dir.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from schemas.topics import min_insync_for, replication_for
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 INFRA_DIR = REPO_ROOT / "infra" / "kafka"
 DEFAULT_LIBS = REPO_ROOT / ".kafka" / "libs"
@@ -26,6 +34,10 @@ DEFAULT_DATA = REPO_ROOT / ".kafka" / "data"
 DEFAULT_PORT = 9092
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
+#: Several JVMs start at once on a small machine: each gets a smaller heap and more time.
+CLUSTER_HEAP_MB = 384
+CLUSTER_START_TIMEOUT_S = 180.0
+MAX_BROKERS = 9
 
 
 class BrokerError(RuntimeError):
@@ -40,10 +52,32 @@ class BrokerInfo:
     port: int
     data_dir: Path
     started_in_s: float | None = None
+    node_id: int = 1
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """What `up_cluster` and `cluster_status` report: the nodes running, and those recorded
+    in the data dir that are not (a node killed, or one that failed)."""
+
+    nodes: tuple[BrokerInfo, ...]
+    data_dir: Path
+    missing: tuple[int, ...] = ()
+    started_in_s: float | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(node.bootstrap for node in self.nodes)
+
+    def node(self, node_id: int) -> BrokerInfo:
+        for node in self.nodes:
+            if node.node_id == node_id:
+                return node
+        raise BrokerError(f"node {node_id} is not running in {self.data_dir}")
 
 
 @dataclass(frozen=True)
@@ -161,6 +195,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def free_port_block(count: int, attempts: int = 50) -> int:
+    """The first of ``count`` consecutive ports free now (for a cluster of one's own)."""
+    for _ in range(attempts):
+        base = free_port()
+        if base + count <= 65536 and all(_port_free(base + i) for i in range(1, count)):
+            return base
+    raise BrokerError(f"no {count} consecutive free ports on 127.0.0.1")
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -189,6 +232,12 @@ def _read_state(data_dir: Path) -> tuple[int, int] | None:
 
 def serves_metadata(bootstrap: str, timeout_s: float = 2.0) -> bool:
     """True when the broker answers a metadata request (an open port is not enough)."""
+    return brokers_seen(bootstrap, timeout_s) > 0
+
+
+def brokers_seen(bootstrap: str, timeout_s: float = 2.0) -> int:
+    """Brokers in the metadata that ``bootstrap`` answers with (0 when it does not answer):
+    a cluster is up once each node's answer lists them all."""
     from schemas import kafka_clients
 
     admin = kafka_clients.admin({
@@ -197,8 +246,8 @@ def serves_metadata(bootstrap: str, timeout_s: float = 2.0) -> bool:
     try:
         meta = admin.list_topics(timeout=timeout_s)
     except Exception:
-        return False
-    return bool(meta.brokers)
+        return 0
+    return len(meta.brokers)
 
 
 def status(data_dir: Path = DEFAULT_DATA) -> BrokerInfo | None:
@@ -222,17 +271,25 @@ def _write_config(data_dir: Path, port: int, controller_port: int,
 
 
 def _format_storage(java: str, config: Path, data_dir: Path,
-                    extra_args: list[str] | None = None) -> None:
+                    extra_args: list[str] | None = None, cluster_id: str | None = None) -> None:
     if (data_dir / "logs" / "meta.properties").exists():
         return
-    cluster_id = uuid.uuid4().hex[:22]
-    proc = subprocess.run(
-        [java, "-cp", _classpath(), *_log_flags(), "kafka.tools.StorageTool", "format",
-         "-t", cluster_id, "-c", str(config), "--ignore-formatted", *(extra_args or [])],
-        capture_output=True, text=True, check=False, timeout=120)
+    proc = subprocess.run(_format_command(java, config, cluster_id or _new_cluster_id(),
+                                          extra_args),
+                          capture_output=True, text=True, check=False, timeout=120)
     if proc.returncode != 0:
         lines = (proc.stdout + proc.stderr).strip().splitlines() or ["no output"]
         raise BrokerError(f"formatting KRaft storage failed: {lines[-1]}")
+
+
+def _new_cluster_id() -> str:
+    return uuid.uuid4().hex[:22]
+
+
+def _format_command(java: str, config: Path, cluster_id: str,
+                    extra_args: list[str] | None = None) -> list[str]:
+    return [java, "-cp", _classpath(), *_log_flags(), "kafka.tools.StorageTool", "format",
+            "-t", cluster_id, "-c", str(config), "--ignore-formatted", *(extra_args or [])]
 
 
 def _log_flags() -> list[str]:
@@ -248,6 +305,9 @@ def up(port: int = DEFAULT_PORT, data_dir: Path = DEFAULT_DATA,
     stays the PLAINTEXT operator listener, which readiness is checked on.
     """
     data_dir = data_dir.resolve()
+    if _node_dirs(data_dir):
+        raise BrokerError(f"{data_dir} holds a local cluster: use --brokers "
+                          f"{len(_node_dirs(data_dir))}, or another --data-dir")
     running = status(data_dir)
     if running is not None:
         return running, False
@@ -260,14 +320,8 @@ def up(port: int = DEFAULT_PORT, data_dir: Path = DEFAULT_DATA,
     data_dir.mkdir(parents=True, exist_ok=True)
     config = _write_config(data_dir, port, controller_port, secured)
     _format_storage(java, config, data_dir, secured.format_args() if secured else None)
-    log = (data_dir / "broker.log").open("ab")
     started = time.monotonic()
-    proc = subprocess.Popen(
-        [java, f"-Xms{heap_mb // 2}m", f"-Xmx{heap_mb}m", "-XX:+UseSerialGC",
-         "-Djava.awt.headless=true", *_log_flags(), "-cp", _classpath(), "kafka.Kafka",
-         str(config)],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    (data_dir / "broker.pid").write_text(f"{proc.pid} {port}\n")
+    proc = _start_jvm(java, config, data_dir, port, heap_mb)
     info = BrokerInfo(pid=proc.pid, port=port, data_dir=data_dir)
     deadline = started + timeout_s
     while time.monotonic() < deadline:
@@ -284,6 +338,19 @@ def up(port: int = DEFAULT_PORT, data_dir: Path = DEFAULT_DATA,
                       f"{_last_log_line(data_dir)}")
 
 
+def _start_jvm(java: str, config: Path, data_dir: Path, port: int,
+               heap_mb: int) -> subprocess.Popen[bytes]:
+    """One broker JVM in a session of its own, its pid and port recorded in ``data_dir``."""
+    log = (data_dir / "broker.log").open("ab")
+    proc = subprocess.Popen(
+        [java, f"-Xms{heap_mb // 2}m", f"-Xmx{heap_mb}m", "-XX:+UseSerialGC",
+         "-Djava.awt.headless=true", *_log_flags(), "-cp", _classpath(), "kafka.Kafka",
+         str(config)],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    (data_dir / "broker.pid").write_text(f"{proc.pid} {port}\n")
+    return proc
+
+
 def _last_log_line(data_dir: Path) -> str:
     try:
         lines = (data_dir / "broker.log").read_text(errors="replace").strip().splitlines()
@@ -293,22 +360,24 @@ def _last_log_line(data_dir: Path) -> str:
     return (errors or lines or ["empty broker log"])[-1][:300]
 
 
-def _terminate(pid: int, timeout_s: float = STOP_TIMEOUT_S) -> None:
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
+def _terminate(*pids: int, timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM to each process group at once (the nodes of a cluster shut down together, so
+    none waits on a quorum already gone), SIGKILL to those still there after ``timeout_s``."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        for pid in alive:
+            _reap(pid)
+        alive = [pid for pid in alive if _pid_alive(pid)]
+        if alive:
+            time.sleep(0.1)
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
         _reap(pid)
-        if not _pid_alive(pid):
-            return
-        time.sleep(0.1)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    _reap(pid)
 
 
 def _reap(pid: int) -> None:
@@ -323,6 +392,164 @@ def down(data_dir: Path = DEFAULT_DATA) -> BrokerInfo | None:
     if running is not None:
         _terminate(running.pid)
     (data_dir / "broker.pid").unlink(missing_ok=True)
+    return running
+
+
+# -- a cluster of local nodes ---------------------------------------------------------------------
+
+def is_cluster(data_dir: Path) -> bool:
+    """True when ``data_dir`` holds the nodes of a cluster rather than a single broker."""
+    return bool(_node_dirs(data_dir.resolve()))
+
+
+def _node_dirs(data_dir: Path) -> list[Path]:
+    if not data_dir.is_dir():
+        return []
+    return sorted((p for p in data_dir.glob("node-*") if p.is_dir() and p.name[5:].isdigit()),
+                  key=lambda p: int(p.name[5:]))
+
+
+def _node_ports(port: int, node_id: int) -> tuple[int, int]:
+    """Client and controller port of node ``node_id`` (from 1) of a cluster based at ``port``."""
+    client = port + 2 * (node_id - 1)
+    return client, client + 1
+
+
+def cluster_status(data_dir: Path = DEFAULT_DATA) -> ClusterInfo | None:
+    """The cluster recorded in ``data_dir``, or None when none of its nodes runs."""
+    data_dir = data_dir.resolve()
+    nodes, missing = [], []
+    for node_dir in _node_dirs(data_dir):
+        node_id = int(node_dir.name[5:])
+        info = status(node_dir)
+        if info is None:
+            missing.append(node_id)
+        else:
+            nodes.append(BrokerInfo(info.pid, info.port, node_dir, node_id=node_id))
+    if not nodes:
+        return None
+    return ClusterInfo(tuple(nodes), data_dir, tuple(missing))
+
+
+def _cluster_config(node_dir: Path, node_id: int, port: int, brokers: int) -> Path:
+    client, controller = _node_ports(port, node_id)
+    voters = ",".join(f"{i}@127.0.0.1:{_node_ports(port, i)[1]}" for i in range(1, brokers + 1))
+    replication = replication_for(brokers)
+    template = (INFRA_DIR / "cluster.properties.template").read_text()
+    config = template.format(node_id=node_id, port=client, controller_port=controller,
+                             voters=voters, log_dir=node_dir / "logs",
+                             replication_factor=replication,
+                             min_insync=min_insync_for(replication))
+    path = node_dir / "server.properties"
+    path.write_text(config)
+    return path
+
+
+def _recorded_cluster_id(data_dir: Path) -> str | None:
+    """The cluster id a node of ``data_dir`` was formatted with (the others must share it)."""
+    for node_dir in _node_dirs(data_dir):
+        meta = node_dir / "logs" / "meta.properties"
+        if meta.exists():
+            for line in meta.read_text().splitlines():
+                if line.startswith("cluster.id="):
+                    return line.split("=", 1)[1].strip()
+    return None
+
+
+def _format_nodes(java: str, configs: dict[Path, Path], cluster_id: str) -> None:
+    """Format the nodes not formatted yet, in parallel (each is a JVM start)."""
+    procs = {node_dir: subprocess.Popen(_format_command(java, config, cluster_id),
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for node_dir, config in configs.items()
+             if not (node_dir / "logs" / "meta.properties").exists()}
+    for node_dir, proc in procs.items():
+        out, _ = proc.communicate(timeout=120)
+        if proc.returncode != 0:
+            lines = out.decode(errors="replace").strip().splitlines() or ["no output"]
+            raise BrokerError(f"formatting KRaft storage of {node_dir.name} failed: {lines[-1]}")
+
+
+def up_cluster(brokers: int = 3, port: int = DEFAULT_PORT, data_dir: Path = DEFAULT_DATA,
+               heap_mb: int = CLUSTER_HEAP_MB, timeout_s: float = CLUSTER_START_TIMEOUT_S
+               ) -> tuple[ClusterInfo, bool]:
+    """Start ``brokers`` nodes (those of ``data_dir`` not running: a node killed comes back
+    with its data) and wait until each serves metadata naming them all; returns (info,
+    started), started=False when every node ran already."""
+    if not 1 <= brokers <= MAX_BROKERS:
+        raise BrokerError(f"brokers must be 1 to {MAX_BROKERS}, not {brokers}")
+    data_dir = data_dir.resolve()
+    if (data_dir / "broker.pid").exists() or (data_dir / "logs").exists():
+        raise BrokerError(f"{data_dir} holds a single broker: drop --brokers, or use another "
+                          f"--data-dir")
+    recorded = len(_node_dirs(data_dir))
+    if recorded and recorded != brokers:
+        raise BrokerError(f"{data_dir} holds a cluster of {recorded} brokers, not {brokers}")
+    running = cluster_status(data_dir)
+    if running is not None and not running.missing:
+        return running, False
+    java = java_binary()
+    _classpath()
+    alive = {n.node_id for n in running.nodes} if running else set()
+    to_start = [i for i in range(1, brokers + 1) if i not in alive]
+    for node_id in to_start:
+        for p in _node_ports(port, node_id):
+            if not _port_free(p):
+                raise BrokerError(f"port {p} on 127.0.0.1 is already in use")
+    configs = {}
+    for node_id in to_start:
+        node_dir = data_dir / f"node-{node_id}"
+        node_dir.mkdir(parents=True, exist_ok=True)
+        configs[node_dir] = _cluster_config(node_dir, node_id, port, brokers)
+    _format_nodes(java, configs, _recorded_cluster_id(data_dir) or _new_cluster_id())
+    started = time.monotonic()
+    procs = {int(node_dir.name[5:]): _start_jvm(java, config, node_dir,
+                                                _node_ports(port, int(node_dir.name[5:]))[0],
+                                                heap_mb)
+             for node_dir, config in configs.items()}
+    try:
+        _wait_cluster(procs, data_dir, port, brokers, timeout_s)
+    except BrokerError:
+        _terminate(*(proc.pid for proc in procs.values()))
+        for node_id in procs:
+            (data_dir / f"node-{node_id}" / "broker.pid").unlink(missing_ok=True)
+        raise
+    info = cluster_status(data_dir)
+    assert info is not None
+    return ClusterInfo(info.nodes, data_dir, info.missing, time.monotonic() - started), True
+
+
+def _wait_cluster(procs: dict[int, subprocess.Popen[bytes]], data_dir: Path, port: int,
+                  brokers: int, timeout_s: float) -> None:
+    """Until every node answers metadata listing all ``brokers``; a node that exits or the
+    timeout passed raises, naming the node and its last log line."""
+    deadline = time.monotonic() + timeout_s
+    waiting = set(range(1, brokers + 1))
+    while time.monotonic() < deadline:
+        for node_id, proc in procs.items():
+            if proc.poll() is not None:
+                raise BrokerError(f"node {node_id} exited during start (code {proc.returncode}): "
+                                  f"{_last_log_line(data_dir / f'node-{node_id}')}")
+        for node_id in sorted(waiting):
+            client, _ = _node_ports(port, node_id)
+            if brokers_seen(f"127.0.0.1:{client}", timeout_s=1.0) >= brokers:
+                waiting.discard(node_id)
+        if not waiting:
+            return
+        time.sleep(0.2)
+    node_id = min(waiting)
+    raise BrokerError(f"node {node_id} did not serve metadata of {brokers} brokers within "
+                      f"{timeout_s:.0f}s: "
+                      f"{_last_log_line(data_dir / f'node-{node_id}')}")
+
+
+def down_cluster(data_dir: Path = DEFAULT_DATA) -> ClusterInfo | None:
+    """Stop every node recorded in ``data_dir`` together; returns what was running, or None."""
+    data_dir = data_dir.resolve()
+    running = cluster_status(data_dir)
+    if running is not None:
+        _terminate(*(node.pid for node in running.nodes))
+    for node_dir in _node_dirs(data_dir):
+        (node_dir / "broker.pid").unlink(missing_ok=True)
     return running
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from schemas import kafka_clients
 from schemas.kafka_clients import AdminClient, ConfigResource, NewTopic
-from schemas.topics import CATALOG, DEFAULT_PREFIX
+from schemas.topics import CATALOG, DEFAULT_PREFIX, min_insync_for, replication_for
 
 
 @dataclass
@@ -15,6 +15,8 @@ class ApplyReport:
     created: list[str] = field(default_factory=list)
     existing: list[str] = field(default_factory=list)
     mismatches: list[str] = field(default_factory=list)
+    #: Replicas per partition of the topics created (from the cluster's broker count).
+    replication_factor: int = 1
 
     @property
     def ok(self) -> bool:
@@ -37,12 +39,28 @@ def create_topics(admin: AdminClient, topics: list[NewTopic], timeout_s: float) 
     return created
 
 
+def cluster_replication(admin: AdminClient, timeout_s: float) -> int:
+    """The replication factor for new topics on the cluster `admin` talks to: its broker
+    count, up to three (`schemas.topics.replication_for`)."""
+    return replication_for(len(admin.list_topics(timeout=timeout_s).brokers))
+
+
+def replicated(config: dict[str, str], replication: int) -> dict[str, str]:
+    """A topic's config with the min.insync.replicas its replication factor needs, so that a
+    write acknowledged to acks=all survives a broker lost, whatever the cluster's default."""
+    min_insync = min_insync_for(replication)
+    return {**config, "min.insync.replicas": str(min_insync)} if min_insync > 1 else config
+
+
 def apply_topics(client_config: dict[str, Any], prefix: str = DEFAULT_PREFIX,
-                 partitions_override: int | None = None, timeout_s: float = 30.0) -> ApplyReport:
-    """Create missing topics; compare partitions and cleanup.policy of the ones that exist."""
+                 partitions_override: int | None = None, timeout_s: float = 30.0,
+                 replication_factor: int | None = None) -> ApplyReport:
+    """Create missing topics (replicated per `cluster_replication` unless told); compare
+    partitions and cleanup.policy of the ones that exist."""
     admin = kafka_clients.admin(client_config)
     meta = admin.list_topics(timeout=timeout_s)
-    report = ApplyReport()
+    replication = replication_factor or replication_for(len(meta.brokers))
+    report = ApplyReport(replication_factor=replication)
     to_create = []
     for spec in CATALOG:
         name = spec.name(prefix)
@@ -53,8 +71,9 @@ def apply_topics(client_config: dict[str, Any], prefix: str = DEFAULT_PREFIX,
             if have != partitions:
                 report.mismatches.append(f"{name}: {have} partitions, catalog says {partitions}")
             continue
-        to_create.append(NewTopic(name, num_partitions=partitions, replication_factor=-1,
-                                  config=spec.config()))
+        to_create.append(NewTopic(name, num_partitions=partitions,
+                                  replication_factor=replication,
+                                  config=replicated(spec.config(), replication)))
     created = create_topics(admin, to_create, timeout_s)
     report.created.extend(created)
     report.existing.extend(t.topic for t in to_create if t.topic not in created)

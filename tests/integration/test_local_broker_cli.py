@@ -60,3 +60,45 @@ def test_up_topics_apply_status_down_as_typed_by_hand(tmp_path: Path) -> None:
         down = _surplus("kafka", "down", "--data-dir", data)
     assert down.returncode == 0 and "stopped" in down.stdout
     assert _surplus("kafka", "status", "--data-dir", data).returncode == 1
+
+
+def test_a_three_broker_cluster_replicates_topics_and_stops_as_one(tmp_path: Path) -> None:
+    port = localkafka.free_port_block(6)
+    data = str(tmp_path / "cluster")
+    bootstrap = ",".join(f"127.0.0.1:{port + 2 * i}" for i in range(3))
+    try:
+        first = _surplus("kafka", "up", "--brokers", "3", "--port", str(port), "--data-dir", data,
+                         timeout=240)
+        assert first.returncode == 0, first.stderr
+        assert first.stdout.strip().splitlines()[-1] == bootstrap
+        applied = _surplus("topics", "apply", "--bootstrap", bootstrap)
+        assert applied.returncode == 0, applied.stderr
+        assert applied.stdout.count("(replication factor 3)") == 6
+        replicas, min_insync = _replication_of(bootstrap, "surplus.targets")
+        assert replicas == {3} and min_insync == "2"
+        status = _surplus("kafka", "status", "--data-dir", data)
+        assert status.returncode == 0 and status.stdout.count("serving metadata") == 3
+        single = _surplus("kafka", "up", "--port", str(port), "--data-dir", data)
+        assert single.returncode == 1 and "--brokers 3" in single.stderr
+    finally:
+        down = _surplus("kafka", "down", "--data-dir", data)
+    assert down.returncode == 0 and "cluster stopped" in down.stdout
+    stopped = _surplus("kafka", "status", "--data-dir", data)
+    assert stopped.returncode == 1 and "not running" in stopped.stdout
+
+
+def test_kafka_up_refuses_zero_brokers_naming_the_option(tmp_path: Path) -> None:
+    result = _surplus("kafka", "up", "--brokers", "0", "--data-dir", str(tmp_path))
+    assert result.returncode == 2 and "--brokers" in result.stderr
+
+
+def _replication_of(bootstrap: str, topic: str) -> tuple[set[int], str]:
+    """Replicas per partition of ``topic`` and its min.insync.replicas, as the cluster says."""
+    from schemas import kafka_clients
+
+    admin = kafka_clients.admin({"bootstrap.servers": bootstrap})
+    meta = admin.list_topics(topic, timeout=10).topics[topic]
+    resource = kafka_clients.ConfigResource(kafka_clients.ConfigResource.Type.TOPIC, topic)
+    configs = admin.describe_configs([resource])[resource].result(timeout=10)
+    return ({len(p.replicas) for p in meta.partitions.values()},
+            configs["min.insync.replicas"].value)

@@ -98,3 +98,12 @@ def test_environment_configures_every_key(pem: dict[str, str],
     config = KafkaSettings().confluent()
     assert config["bootstrap.servers"] == "k1:9093,k2:9093"
     assert (config["sasl.mechanism"], config["sasl.password"]) == ("SCRAM-SHA-512", "s3")
+
+
+def test_topics_are_replicated_to_three_brokers_at_most_tolerating_one_lost() -> None:
+    from schemas.topics import min_insync_for, replication_for
+
+    assert [replication_for(n) for n in (1, 2, 3, 5)] == [1, 2, 3, 3]
+    assert [min_insync_for(rf) for rf in (1, 2, 3)] == [1, 1, 2]
+    with pytest.raises(ValueError, match="at least one broker"):
+        replication_for(0)
