@@ -99,8 +99,12 @@ class KafkaSettings(BaseSettings):
 
     def producer(self, **extra: Any) -> dict[str, Any]:
         """Producer config: murmur2 partitioning, so a scope key maps to the same partition as
-        from Faust/aiokafka and the Java client (co-partitioned topics depend on it)."""
-        return self.confluent(**{"partitioner": "murmur2_random", "linger.ms": 5, **extra})
+        from Faust/aiokafka and the Java client (co-partitioned topics depend on it); acks from
+        every in-sync replica and idempotence, so a message acknowledged survives the loss of
+        its leader and a retry after a lost acknowledgement does not write it twice (a
+        notice or a target read twice is harmless; a telemetry window merged twice is not)."""
+        return self.confluent(**{"partitioner": "murmur2_random", "linger.ms": 5,
+                                 "acks": "all", "enable.idempotence": True, **extra})
 
     def topic(self, logical: str) -> str:
         from schemas.topics import topic_name

@@ -165,8 +165,12 @@ class ControlPlane:
     async def _publish(self, targets: ControlTargets) -> None:
         if self.signing_key is not None:
             targets = sign(targets, self.signing_key)
-        await self.targets.send(key=targets.scope.encode(), value=encode(targets))
+        delivery = await self.targets.send(key=targets.scope.encode(), value=encode(targets))
         self.metrics.observe_targets(targets)
+        if isinstance(delivery, asyncio.Future):  # Faust's send returns the broker's answer
+            delivery.add_done_callback(
+                lambda done: self.metrics.observe_delivery(
+                    targets, done.cancelled() or done.exception() is not None))
 
     async def _dead_letter(self, message: Any, reason: str, label: str | None = None) -> None:
         logical = self.names.get(message.topic, message.topic)

@@ -28,6 +28,14 @@ class Metrics:
                                 registry=self.registry)
         self.targets = Counter("surplus_control_targets_total", "ControlTargets published",
                                ["scope", "reason"], registry=self.registry)
+        self.delivered = Counter("surplus_control_targets_delivered_total",
+                                 "ControlTargets the cluster acknowledged (acked) or that could "
+                                 "not be written (failed)", ["scope", "outcome"],
+                                 registry=self.registry)
+        self.acked_epoch = Gauge("surplus_control_targets_acked_epoch",
+                                 "Highest epoch of the ControlTargets the cluster acknowledged",
+                                 ["scope"], registry=self.registry)
+        self._acked: dict[str, int] = {}
         self.extra = Gauge("surplus_control_extra_candidates", "RMA extra-candidate target",
                            ["scope"], registry=self.registry)
         self.coverage = Gauge("surplus_control_sbm_coverage", "SBM coverage target",
@@ -86,6 +94,19 @@ class Metrics:
             self.limited_targets.labels(scope, lever, why).inc()
             for reason in LIMIT_REASONS:
                 self.limited_by.labels(scope, lever, reason).set(1.0 if reason == why else 0.0)
+
+    def observe_delivery(self, targets: ControlTargets, failed: bool) -> None:
+        """The cluster's answer to one published target: what a reader of the targets topic
+        can rely on finding there (acked), and what it cannot (failed, logged by Faust)."""
+        scope = targets.scope
+        if failed:
+            self.delivered.labels(scope, "failed").inc()
+            return
+        # The epoch first: a scrape between the two never shows an acked count that the
+        # epoch does not cover.
+        self._acked[scope] = max(self._acked.get(scope, 0), targets.epoch)
+        self.acked_epoch.labels(scope).set(self._acked[scope])
+        self.delivered.labels(scope, "acked").inc()
 
     def observe_controller(self, scope: str, controller: ScopeController) -> None:
         """Controller internals after a tick: PID terms, windows, inventory."""

@@ -1,4 +1,5 @@
-"""The aiokafka transport: a short broker-side fetch wait, and a producer that keeps its topics.
+"""The aiokafka transport: a short broker-side fetch wait, and an idempotent producer that keeps
+its topics.
 
 Faust's aiokafka driver asks the broker to hold each fetch up to 1.5 s. Once a busy partition
 has buffered records, aiokafka's next fetch names only the partitions without buffered data,
@@ -14,10 +15,16 @@ topic finds its partitions without being tracked; the first lookup of a new topi
 the metadata to that topic, and a batch already queued for an untracked topic never finds its
 leader again (it waits out the 20-minute request timeout; `flush()` hangs behind it). The
 producer here tracks every topic it writes to, before the batch is queued.
+
+Faust asks aiokafka for idempotence only inside transactions. The producer here always asks
+(with acks from every in-sync replica, Faust's default), as `KafkaSettings.producer()` does for
+librdkafka: a target whose acknowledgement was lost as its leader died is retried to the new
+leader without being written twice.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from faust.transport.drivers import TRANSPORTS
@@ -40,6 +47,9 @@ class _Consumer(faust_aiokafka.Consumer):
 
 
 class _Producer(faust_aiokafka.Producer):
+    def _settings_extra(self) -> Mapping[str, Any]:
+        return {**super()._settings_extra(), "acks": "all", "enable_idempotence": True}
+
     async def send(self, topic: str, *args: Any, **kwargs: Any) -> Any:
         # Idempotent: a tracked topic costs a set lookup and a finished future (the control
         # plane writes a few messages per scope and period); a restarted client is covered too.

@@ -29,3 +29,18 @@ def test_each_lever_shows_one_limiting_reason_and_counts_targets_by_it() -> None
                   reason="sla") == 2.0
     assert _value(metrics, "surplus_control_rma_budget_units_per_s", scope="eu1") == 400.0
     assert _value(metrics, "surplus_control_extra_candidates", scope="eu1") == 8.0
+
+
+def test_acknowledged_targets_are_counted_and_the_highest_epoch_only_grows() -> None:
+    metrics = Metrics()
+    first, second = _targets("sla", "sla"), _targets("sla", "sla")
+    second = ControlTargets(scope="eu1", epoch=2, issued_at_ms=0, ttl_ms=1000,
+                            rma=first.rma, sbm=first.sbm)
+    metrics.observe_delivery(second, failed=False)
+    metrics.observe_delivery(first, failed=False)  # an answer may come late: the epoch holds
+    metrics.observe_delivery(first, failed=True)
+    assert _value(metrics, "surplus_control_targets_acked_epoch", scope="eu1") == 2.0
+    assert _value(metrics, "surplus_control_targets_delivered_total", scope="eu1",
+                  outcome="acked") == 2.0
+    assert _value(metrics, "surplus_control_targets_delivered_total", scope="eu1",
+                  outcome="failed") == 1.0

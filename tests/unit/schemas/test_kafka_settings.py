@@ -100,6 +100,12 @@ def test_environment_configures_every_key(pem: dict[str, str],
     assert (config["sasl.mechanism"], config["sasl.password"]) == ("SCRAM-SHA-512", "s3")
 
 
+def test_every_producer_waits_for_all_in_sync_replicas_and_is_idempotent() -> None:
+    config = KafkaSettings().producer(**{"linger.ms": 0})
+    assert config["acks"] == "all" and config["enable.idempotence"] is True
+    assert config["partitioner"] == "murmur2_random" and config["linger.ms"] == 0
+
+
 def test_topics_are_replicated_to_three_brokers_at_most_tolerating_one_lost() -> None:
     from schemas.topics import min_insync_for, replication_for
 
