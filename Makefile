@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 JARS    := .kafka/libs/.fetched
 
-.PHONY: test test-fast test-faults lint demo bench clean setup compose-check
+.PHONY: test test-fast test-faults lint demo soak bench clean setup compose-check
 
 setup: $(STAMP) $(JARS)
 
@@ -39,6 +39,11 @@ lint: setup
 
 demo: setup
 	$(BIN)/surplus demo --out out/demo
+
+# The demo's processes under steady load for SOAK_MINUTES; exits 1 naming what grew.
+SOAK_MINUTES ?= 30
+soak: setup
+	$(BIN)/surplus soak --minutes $(SOAK_MINUTES) --out out/soak
 
 bench: setup
 	$(BIN)/surplus bench --out out/bench

@@ -21,6 +21,7 @@ from surplus.record_cmd import record
 from surplus.replay_cmd import replay
 from surplus.scheduler_cmd import scheduler
 from surplus.simulate_cmd import simulate
+from surplus.soak_cmd import soak
 from surplus.worker_cmd import worker
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -39,6 +40,7 @@ app.command("loadgen")(loadgen)
 app.command("demo")(demo)
 app.command("bench")(bench)
 app.command("simulate")(simulate)
+app.command("soak")(soak)
 
 DataDir = Annotated[Path, typer.Option("--data-dir", help="Broker state and logs.")]
 

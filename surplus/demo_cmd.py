@@ -9,6 +9,14 @@ import typer
 
 from surplus.cli_common import fail
 
+ScenarioName = Annotated[str, typer.Option(
+    help="Scenario TOML, or the name of one in sim/scenarios.")]
+Rate = Annotated[float | None, typer.Option(help="Mean requests/s (default: the scenario's).")]
+Cluster = Annotated[str | None, typer.Option(
+    "--bootstrap", "-b", help="An existing cluster (default: $KAFKA_BOOTSTRAP_SERVERS, "
+                              "else an embedded broker for the run).")]
+RunPrefix = Annotated[str | None, typer.Option(help="Topic prefix (default: surplus.demo.).")]
+
 
 def demo(
     duration: Annotated[float, typer.Option(
@@ -17,15 +25,10 @@ def demo(
     prometheus: Annotated[bool, typer.Option(
         "--prometheus", help="Also run a `prometheus` binary (if installed) on the endpoints.")]
     = False,
-    scenario: Annotated[str, typer.Option(
-        help="Scenario TOML, or the name of one in sim/scenarios.")] = "demo",
-    rate: Annotated[float | None, typer.Option(
-        help="Mean requests/s (default: the scenario's).")] = None,
-    bootstrap: Annotated[str | None, typer.Option(
-        "--bootstrap", "-b", help="An existing cluster (default: $KAFKA_BOOTSTRAP_SERVERS, "
-                                  "else an embedded broker for the run).")] = None,
-    prefix: Annotated[str | None, typer.Option(
-        help="Topic prefix (default: surplus.demo.).")] = None,
+    scenario: ScenarioName = "demo",
+    rate: Rate = None,
+    bootstrap: Cluster = None,
+    prefix: RunPrefix = None,
     report_only: Annotated[bool, typer.Option(
         "--report", help="Only rebuild summary.json, plots and report.html from --out.")]
     = False,

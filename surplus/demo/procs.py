@@ -17,6 +17,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -112,3 +114,13 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: floa
             return True
         time.sleep(interval_s)
     return False
+
+
+def metrics_text(port: int, timeout_s: float = 3.0) -> str | None:
+    """The /metrics text of a child on this host, None when it does not answer."""
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return str(resp.read().decode())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None

@@ -46,7 +46,7 @@ from surplus import localkafka
 from surplus.demo import plan, report
 from surplus.demo.analysis import RunInfo
 from surplus.demo.monitor import Monitor, last_line
-from surplus.demo.procs import Child, wait_until
+from surplus.demo.procs import Child, metrics_text, wait_until
 
 DEFAULT_PREFIX = "surplus.demo."
 APP_ID = "surplus-demo-control"
@@ -385,8 +385,13 @@ class Demo:
             if time.monotonic() >= next_line:
                 self._progress()
                 next_line = time.monotonic() + self.opt.progress_every_s
+            self._observe()
             self.stop.wait(0.25)
         self._progress()
+
+    def _observe(self) -> None:
+        """Called about four times a second while the load runs: a place for a longer run
+        (``surplus soak``) to watch the processes; the demo itself has nothing to add."""
 
     def _check_alive(self) -> None:
         """A child that died means the run is broken, and so does a keeper that failed."""
@@ -489,11 +494,7 @@ class Demo:
             (self.out / "worker_metrics.json").write_text(json.dumps(texts))
 
     def _scrape(self, worker_id: str) -> str | None:
-        with contextlib.suppress(urllib.error.URLError, OSError):
-            url = f"{self._url(worker_id)}/metrics"
-            with urllib.request.urlopen(url, timeout=3.0) as resp:
-                return str(resp.read().decode())
-        return None
+        return metrics_text(self.ports.workers[worker_id])
 
     def _write_report(self) -> None:
         if not self.start_ms or not hasattr(self, "scenario"):

@@ -1,0 +1,114 @@
+"""Did anything grow after the warm-up? Pure: samples in, one verdict per process and measure.
+
+A measure's *start* is the median of its samples in the first window after the warm-up, its
+*end* the median of those in the last window of the run, and its growth the ratio of the two.
+Medians over windows rather than two single samples: fds and threads move with the
+connections and requests of the moment, RSS with the garbage not yet collected, and a leak is
+what raises the level the whole window long, not one sample.
+
+Lag and targets age hover near zero, where a ratio says nothing (0 → 2 messages is not
+"infinite growth"), so each may have a *floor*: the start is judged as at least the floor
+(100 messages of lag; one control period of age, since a worker holding targets sees them
+anywhere between just issued and one period old). Growth past the floor still fails.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+#: What /proc says about every process.
+RESOURCES = ("rss_mib", "fds", "threads")
+#: Messages of lag under which a ratio means nothing (see the module docstring).
+LAG_FLOOR = 100.0
+
+Series = Mapping[str, Mapping[str, Sequence[tuple[float, float]]]]
+"""process -> measure -> [(seconds into the run, value)], in time order."""
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Where start and end are read, in seconds into the run."""
+
+    warmup_s: float
+    end_s: float
+    window_s: float
+
+    @property
+    def start(self) -> tuple[float, float]:
+        return self.warmup_s, self.warmup_s + self.window_s
+
+    @property
+    def end(self) -> tuple[float, float]:
+        return max(self.warmup_s, self.end_s - self.window_s), self.end_s
+
+
+def windows(duration_s: float, warmup_s: float, interval_s: float) -> Windows:
+    """A tenth of the judged stretch, and at least three samples, for each window."""
+    window = max(3 * interval_s, 0.1 * max(0.0, duration_s - warmup_s))
+    return Windows(warmup_s=warmup_s, end_s=duration_s, window_s=window)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One process's one measure, judged."""
+
+    process: str
+    measure: str
+    start: float | None
+    end: float | None
+    growth: float | None
+    samples: int
+    ok: bool
+    why: str = ""
+    floor: float = 0.0
+
+
+def judge(series: Series, expected: Mapping[str, Sequence[str]], span: Windows,
+          bound: float, floors: Mapping[str, float]) -> list[Verdict]:
+    """A verdict for every expected (process, measure): grown by more than ``bound`` (0.10 is
+    10%), or not measured at the start or the end, is a failure that says which."""
+    out = []
+    for process, measures in expected.items():
+        for measure in measures:
+            points = series.get(process, {}).get(measure, [])
+            out.append(_one(process, measure, points, span, bound, floors.get(measure, 0.0)))
+    return out
+
+
+def _one(process: str, measure: str, points: Sequence[tuple[float, float]], span: Windows,
+         bound: float, floor: float) -> Verdict:
+    start, end = _median(points, *span.start), _median(points, *span.end)
+    samples = sum(1 for t, _ in points if t >= span.warmup_s)
+    growth, why = _growth(start, end, floor, bound)
+    return Verdict(process, measure, start, end, growth, samples, ok=not why, why=why,
+                   floor=floor)
+
+
+def _growth(start: float | None, end: float | None, floor: float,
+            bound: float) -> tuple[float | None, str]:
+    """End over start (at least the floor), and why that fails ("" when it does not)."""
+    if start is None:
+        return None, "no samples after the warm-up"
+    if end is None:
+        return None, "no samples at the end"
+    reference = max(start, floor)
+    if reference <= 0:
+        return (1.0, "") if end <= 0 else (None, f"grew from 0 to {end:g}")
+    growth = round(end / reference, 3)
+    if growth <= 1.0 + bound:
+        return growth, ""
+    return growth, (f"grew {growth:.2f}x after the warm-up ({start:g} -> {end:g}"
+                    + (f", judged from at least {floor:g}" if floor > start else "")
+                    + f"), bound {1.0 + bound:.2f}x")
+
+
+def _median(points: Sequence[tuple[float, float]], lo: float, hi: float) -> float | None:
+    values = [v for t, v in points if lo <= t <= hi]
+    return round(statistics.median(values), 3) if values else None
+
+
+def failures(verdicts: Sequence[Verdict]) -> list[str]:
+    """One line per failed verdict: the process, the measure, and what happened."""
+    return [f"{v.process} {v.measure}: {v.why}" for v in verdicts if not v.ok]

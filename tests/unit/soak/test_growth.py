@@ -1,0 +1,78 @@
+"""The soak's verdict: what grew after the warm-up fails, naming the process and the measure."""
+
+from __future__ import annotations
+
+from surplus.soak import growth
+from surplus.soak.growth import Windows
+
+SPAN = Windows(warmup_s=60.0, end_s=600.0, window_s=60.0)
+
+
+def _flat(value: float, every_s: float = 5.0, until_s: float = 600.0) -> list[tuple[float, float]]:
+    return [(t * every_s, value) for t in range(int(until_s / every_s) + 1)]
+
+
+def test_flat_measures_pass_and_report_start_end_and_growth() -> None:
+    [v] = growth.judge({"loadgen": {"fds": _flat(20)}}, {"loadgen": ["fds"]}, SPAN, 0.10, {})
+    assert (v.start, v.end, v.growth, v.ok) == (20, 20, 1.0, True)
+    assert v.samples == 109  # from the warm-up on
+
+
+def test_growth_past_the_bound_fails_naming_process_and_measure() -> None:
+    rising = [(t, 100.0 + t / 10) for t, _ in _flat(0)]  # +54 MiB over the judged stretch
+    verdicts = growth.judge({"worker-0": {"rss_mib": rising}}, {"worker-0": ["rss_mib"]}, SPAN,
+                            0.10, {})
+    assert not verdicts[0].ok and verdicts[0].growth is not None and verdicts[0].growth > 1.1
+    [line] = growth.failures(verdicts)
+    assert line.startswith("worker-0 rss_mib: grew 1.")
+
+
+def test_the_warm_up_is_not_judged() -> None:
+    # threads climb while the process starts, then hold
+    climbing = [(t, min(30.0, 10.0 + t)) for t, _ in _flat(0)]
+    [v] = growth.judge({"cp": {"threads": climbing}}, {"cp": ["threads"]}, SPAN, 0.10, {})
+    assert v.ok and v.start == v.end == 30.0
+
+
+def test_one_busy_sample_in_a_window_does_not_decide() -> None:
+    points = _flat(20)
+    points[-2] = (points[-2][0], 40.0)  # a burst of connections at the very end
+    [v] = growth.judge({"loadgen": {"fds": points}}, {"loadgen": ["fds"]}, SPAN, 0.10, {})
+    assert v.ok and v.end == 20
+
+
+def test_a_measure_near_zero_is_judged_from_its_floor() -> None:
+    lag = [(t, 0.0 if t < 300 else 60.0) for t, _ in _flat(0)]
+    [v] = growth.judge({"cp": {"consumer_lag": lag}}, {"cp": ["consumer_lag"]}, SPAN, 0.10,
+                       {"consumer_lag": 100.0})
+    assert v.ok and v.growth == 0.6
+    lag = [(t, 0.0 if t < 300 else 500.0) for t, _ in _flat(0)]
+    [v] = growth.judge({"cp": {"consumer_lag": lag}}, {"cp": ["consumer_lag"]}, SPAN, 0.10,
+                       {"consumer_lag": 100.0})
+    assert not v.ok and v.growth == 5.0 and "at least 100" in v.why
+
+
+def test_growth_from_zero_without_a_floor_fails() -> None:
+    points = [(t, 0.0 if t < 300 else 3.0) for t, _ in _flat(0)]
+    [v] = growth.judge({"w": {"consumer_lag": points}}, {"w": ["consumer_lag"]}, SPAN, 0.10, {})
+    assert not v.ok and v.growth is None and v.why == "grew from 0 to 3"
+
+
+def test_a_process_or_measure_never_sampled_fails() -> None:
+    verdicts = growth.judge({"w": {"fds": _flat(9, until_s=30)}},
+                            {"w": ["fds", "threads"], "broker": ["rss_mib"]}, SPAN, 0.10, {})
+    assert [(v.process, v.measure, v.ok, v.why) for v in verdicts] == [
+        ("w", "fds", False, "no samples after the warm-up"),
+        ("w", "threads", False, "no samples after the warm-up"),
+        ("broker", "rss_mib", False, "no samples after the warm-up")]
+
+
+def test_a_process_gone_before_the_end_fails() -> None:
+    [v] = growth.judge({"w": {"fds": _flat(9, until_s=200)}}, {"w": ["fds"]}, SPAN, 0.10, {})
+    assert not v.ok and v.why == "no samples at the end"
+
+
+def test_windows_take_a_tenth_of_the_judged_stretch_and_at_least_three_samples() -> None:
+    assert growth.windows(1800, 300, 5) == Windows(300, 1800, 150.0)
+    assert growth.windows(150, 60, 5) == Windows(60, 150, 15.0)
+    assert Windows(60, 150, 15.0).end == (135.0, 150)
