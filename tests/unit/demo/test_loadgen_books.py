@@ -74,3 +74,20 @@ async def test_candidates_a_worker_sheds_are_booked_as_shed_not_done(tmp_path: P
     assert isinstance(sent, int) and sent > 0
     assert fate.get("done", 0) == 0 and fate["worker/overload"] == sent
     assert summary["incremental_value"] == 0.0
+
+
+async def test_request_rows_are_written_as_the_run_goes_not_held_to_the_end(
+        tmp_path: Path) -> None:
+    scenario, _ = plan.load("demo", 30.0)
+    region = scenario.regions[0]
+    config = loadgen.client_config(scenario, region, ["http://127.0.0.1:9"], [])
+    gen = loadgen.LoadGenerator(scenario, region, RankingClient(config), np.zeros(0), tmp_path,
+                                num_dense=13, num_sparse=8)
+    await gen.run(wall_ms(), asyncio.Event())  # writes the header
+    for i in range(3):
+        gen._record_failure(float(10 - i), "refused")
+    gen._flush_second()
+    assert gen.rows == []  # the generator's memory does not grow with the run's length
+    rows = list(csv.DictReader((tmp_path / "requests.csv").open()))
+    assert [r["t_ms"] for r in rows] == ["8.0", "9.0", "10.0"]
+    assert {r["error"] for r in rows} == {"refused"}
