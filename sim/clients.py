@@ -29,7 +29,8 @@ class SimClient(Protocol):
 
     def decide(self, segment: str, value: float, available_extra: int, now: int) -> Decision: ...
     def offer(self, targets: ControlTargets, now: int) -> None: ...
-    def observe(self, state: ServerState | None, now: int, error: str | None = None) -> None: ...
+    def observe(self, state: ServerState | None, now: int, error: str | None = None,
+                model: Model = "baseline") -> None: ...
     def learn(self, segment: str, model: str, value: float) -> None: ...
     def counters(self) -> dict[str, dict[str, int]]: ...
 
@@ -53,8 +54,9 @@ class SurplusClient:
     def offer(self, targets: ControlTargets, now: int) -> None:
         self.decider.offer(targets, now)
 
-    def observe(self, state: ServerState | None, now: int, error: str | None = None) -> None:
-        self.decider.observe(state, now, error=error)
+    def observe(self, state: ServerState | None, now: int, error: str | None = None,
+                model: Model = "baseline") -> None:
+        self.decider.observe(state, now, error=error, model=model)
 
     def learn(self, segment: str, model: str, value: float) -> None:
         self.decider.router.observe(segment, model, value)  # type: ignore[arg-type]
@@ -63,7 +65,8 @@ class SurplusClient:
         out = {cls: dict(sorted(reasons.items()))
                for cls, reasons in sorted(self.decider.counters.items())}
         out["targets"] = dict(sorted(self.decider.targets.counters.items()))
-        out["client_shed"] = dict(sorted(self.decider.shedder.counters.items()))
+        for model, cuts in self.decider.shed_counters().items():
+            out[f"client_shed_{model}"] = cuts
         return out
 
 
@@ -97,7 +100,8 @@ class NaiveClient:
     def offer(self, targets: ControlTargets, now: int) -> None:
         self.targets.offer(targets, now)
 
-    def observe(self, state: ServerState | None, now: int, error: str | None = None) -> None:
+    def observe(self, state: ServerState | None, now: int, error: str | None = None,
+                model: Model = "baseline") -> None:
         if error is not None:
             self._bump("errors", error)
 

@@ -48,6 +48,7 @@ from sim.traces import arrival_counts
 from sim.worker import BASE, OPT, WHOLE, NormalBlock, Request, SimWorker
 from streams.eventlog import EventLogWriter, make_event
 from streams.replay_output import Progress
+from workers.policy.routing import Model
 
 
 @dataclass
@@ -270,7 +271,7 @@ class Simulation:
             for worker in state.workers():
                 worker.advance(end)
             for worker in sorted(state.served_this_step, key=lambda w: w.worker_id):
-                state.client.observe(worker.server_state(end), end)
+                state.client.observe(worker.server_state(end), end, model=worker.pool.model)
             state.served_this_step.clear()
         self._account(t, end)
         self._outcomes(end)
@@ -315,11 +316,14 @@ class Simulation:
         worker = _choose(state.powerful_pick, pick)
         share = self.sc.client.powerful_deadline_share
         if worker is None:
-            state.client.observe(None, now, error="connection")
+            state.client.observe(None, now, error="connection", model="powerful")
             self._fallback(state, req, now, "connection")
             return
         state.served_this_step.add(worker)
         if not worker.submit_whole(req, now, state.config.deadline_ms * share):
+            # The live worker answers a refused whole request with a 503, which the client
+            # counts as a failed call of that pool.
+            state.client.observe(None, now, error="http_503", model="powerful")
             self._fallback(state, req, now, worker.admission.last_refusal or "refused")
 
     def _fallback(self, state: RegionState, req: Request, now: float, reason: str) -> None:
@@ -384,7 +388,7 @@ class Simulation:
             units = req.base + req.extra
             rma = rc.rma_value(req.extra)
             self.metrics.powerful_done(rc.name, e2e, units, seg.gain, rma)
-            model = "powerful"
+            model: Model = "powerful"
         else:
             latency = req.finished_ms - req.at_worker_ms
             done = req.opt_units if req.opt_done else 0
@@ -397,7 +401,7 @@ class Simulation:
         state.client.learn(seg.name, model, observed)
         self._publish(end, "outcomes", rc.name, RoutingOutcome(
             ts_ms=int(req.finished_ms), scope=rc.name, request_id=f"{rc.name}-{req.rid}",
-            segment=seg.name, model=model,  # type: ignore[arg-type]
+            segment=seg.name, model=model,
             value=observed, explored=req.explored and not req.fell_back))
 
     # -- messages ----------------------------------------------------------------------------

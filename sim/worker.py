@@ -215,7 +215,14 @@ class SimWorker:
     # -- requests ----------------------------------------------------------------------------
 
     def submit_ranking(self, req: Request, now: int, deadline_ms: float) -> None:
-        """Base candidates as baseline work; extra candidates as optional work, if allowed."""
+        """Base candidates as baseline work; extra candidates as optional work, if allowed.
+
+        A fallback can come from the past: a powerful replica finds a request past its
+        deadline only when it next frees up, after this replica may have been run further.
+        It reaches this replica at this replica's clock, so that the order in which the engine
+        runs its replicas is not charged to the request as a wait in this queue.
+        """
+        now = max(now, math.ceil(self.clock))
         self.advance(now)
         req.worker = self
         req.at_worker_ms = now

@@ -235,13 +235,13 @@ class RankingClient:
             if response.request_id != request.request_id:
                 raise _CallFailed("wrong_request_id")
         except _CallFailed as failed:
-            self.decider.observe(None, self._clock(), error=failed.reason)
+            self.decider.observe(None, self._clock(), error=failed.reason, model=model)
             raise
         except TimeoutError:
-            self.decider.observe(None, self._clock(), error="timeout")
+            self.decider.observe(None, self._clock(), error="timeout", model=model)
             raise _CallFailed("timeout") from None
         except ContractError:
-            self.decider.observe(None, self._clock(), error="bad_response")
+            self.decider.observe(None, self._clock(), error="bad_response", model=model)
             raise _CallFailed("bad_response") from None
         except aiohttp.ClientError as exc:
             reason = ("disconnected" if isinstance(exc, aiohttp.ServerDisconnectedError)
@@ -249,9 +249,9 @@ class RankingClient:
                       else "client")
             if reason != "client":
                 self._down_until[url] = time.perf_counter() + self.config.replica_down_s
-            self.decider.observe(None, self._clock(), error=reason)
+            self.decider.observe(None, self._clock(), error=reason, model=model)
             raise _CallFailed(reason) from None
-        self.decider.observe(response.server, self._clock())
+        self.decider.observe(response.server, self._clock(), model=model)
         return response
 
     def _finish(self, request: RankRequest, response: RankResponse, decision: Decision,
@@ -309,11 +309,12 @@ class RankingClient:
             "scope": self.config.scope,
             "decisions": {cls: dict(reasons) for cls, reasons in self.decider.counters.items()},
             "targets": dict(self.decider.targets.counters),
-            "client_shed": dict(self.decider.shedder.counters),
+            "client_shed": self.decider.shed_counters(),
             "feed": {} if self._feed is None else dict(self._feed.counters),
             "feed_failed": None if self._feed is None else self._feed.failed,
             "effective": {"epoch": eff.epoch, "baseline_only": eff.baseline_only,
                           "reason": eff.reason, "coverage": eff.coverage,
                           "extra_candidates": eff.extra_candidates},
-            "allowance": self.decider.shedder.allowance(now),
+            "allowance": {model: shedder.allowance(now)
+                          for model, shedder in self.decider.shedders.items()},
         }

@@ -37,7 +37,11 @@ class Decider:
         check = None if signing_key is None else verifier(signing_key)
         self.targets = TargetState(config.scope, config.limits, check)
         self.router = SbmRouter(config.router, config.seed)
-        self.shedder = ClientShedder(config.shed)
+        #: One allowance per pool: a pool's load signals cut the optional work sent to it only
+        #: (RMA extras on the ranking pool, SBM coverage on the powerful one), so a full
+        #: powerful pool does not stop extras the ranking replicas have room for.
+        self.shedders: dict[Model, ClientShedder] = {
+            "baseline": ClientShedder(config.shed), "powerful": ClientShedder(config.shed)}
         self.budget = BudgetBucket(0.0, 0.0)
         self.counters: Counters = {}
         self._sbm = bool(config.powerful_urls)
@@ -55,25 +59,33 @@ class Decider:
             if self._sbm:
                 self.router.route(segment, eff)     # keeps the traffic shares current
             return Decision("baseline", False, 0, eff.reason)
-        allowance = self.shedder.allowance(now_ms)
+        ranking = self.shedders["baseline"].allowance(now_ms)
         if not self._sbm:
-            extra = self._extra(eff, allowance, available_extra, now_ms, budgeted=True)
+            extra = self._extra(eff, ranking, available_extra, now_ms, budgeted=True)
             return Decision("baseline", False, extra, eff.reason)
-        route = self.router.route(segment, eff, allowance)
+        powerful = self.shedders["powerful"].allowance(now_ms)
+        route = self.router.route(segment, eff, powerful)
         if route.shed:
             bump("sbm_shed", "overload")
         elif route.model == "powerful":
             bump("sbm_routed", "explored" if route.explored else "exploited")
         # The RMA budget pays for extra candidates scored on the ranking pool; a request the
-        # powerful pool serves whole is paid for by SBM's share of the capacity.
-        extra = self._extra(eff, allowance, available_extra, now_ms,
-                            budgeted=route.model == "baseline")
+        # powerful pool serves whole is paid for by SBM's share of the capacity, and its
+        # extras are cut by that pool's allowance.
+        on_ranking = route.model == "baseline"
+        extra = self._extra(eff, ranking if on_ranking else powerful, available_extra, now_ms,
+                            budgeted=on_ranking)
         return Decision(route.model, route.explored, extra, eff.reason)
 
     def observe(self, state: ServerSignals | None, now_ms: int, *,
-                error: str | None = None) -> None:
-        """A worker answered (or did not): feed client-side shedding."""
-        self.shedder.observe(state, now_ms, error=error)
+                error: str | None = None, model: Model = "baseline") -> None:
+        """A replica of pool `model` answered (or did not): feed that pool's allowance."""
+        self.shedders[model].observe(state, now_ms, error=error)
+
+    def shed_counters(self) -> dict[str, dict[str, int]]:
+        """Each pool's client-side cuts by reason (pools that never cut are left out)."""
+        return {model: dict(sorted(s.counters.items()))
+                for model, s in self.shedders.items() if s.counters}
 
     def bump(self, cls: str, reason: str, n: int = 1) -> None:
         """Count `n` units of class `cls` for `reason` (the demo summary reads these)."""

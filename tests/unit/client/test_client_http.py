@@ -72,16 +72,18 @@ async def test_slow_powerful_pool_falls_back_to_baseline_within_the_deadline(poo
     counters = client.summary()["decisions"]
     assert counters["fallback"] == {"timeout": 1}
     assert counters["rma_shed"]["fallback"] == 4
-    assert client.summary()["client_shed"]["timeout"] == 1
+    assert client.summary()["client_shed"] == {"powerful": {"cuts": 1, "timeout": 1}}
 
 
-async def test_failing_powerful_pool_falls_back_and_cuts_the_allowance(pools: Pools) -> None:
+async def test_failing_powerful_pool_cuts_its_own_allowance_not_the_ranking_pools(
+        pools: Pools) -> None:
     _, powerful, base_url, power_url = pools
     powerful.status = 503
     async with _client(base_url, power_url) as client:
         result = await _rank(client)
         assert result.fell_back == "http_503" and result.response.model == "baseline"
-        assert client.summary()["allowance"] < 1.0
+        allowance = client.summary()["allowance"]
+        assert allowance["powerful"] < 1.0 and allowance["baseline"] == 1.0
 
 
 async def test_unreachable_powerful_pool_falls_back(pools: Pools) -> None:
@@ -112,5 +114,5 @@ async def test_worker_load_signals_and_server_sheds_reach_the_counters(pools: Po
         assert result.response.optional_shed == 4
         summary = client.summary()
     assert summary["decisions"]["server_shed"] == {"overload": 4}
-    assert summary["client_shed"]["shedding_level_3"] == 1
-    assert summary["allowance"] == pytest.approx(0.2, abs=0.01)
+    assert summary["client_shed"]["powerful"]["shedding_level_3"] == 1
+    assert summary["allowance"]["powerful"] == pytest.approx(0.2, abs=0.01)

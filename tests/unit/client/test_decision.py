@@ -7,7 +7,7 @@ import pytest
 from tests.unit.policy.helpers import T0, targets
 from workers.api import ServerState
 from workers.client.config import ClientConfig
-from workers.client.decision import Decider
+from workers.client.decision import Decider, Decision
 from workers.policy.client_shed import ShedConfig
 from workers.policy.routing import RouterConfig
 from workers.policy.signing import sign
@@ -62,18 +62,35 @@ def test_requests_the_powerful_pool_serves_whole_do_not_spend_the_rma_budget() -
     assert decider.counters["rma_shed"]["budget"] == 64 * len(ranking) - 640 + cut_first
 
 
-def test_struggling_worker_shrinks_extras_and_coverage_and_counts_both() -> None:
+def _struggling(model: str) -> tuple[Decider, list[Decision]]:
+    """A decider whose `model` pool just reported shedding level 3 (a 0.5 cut)."""
     decider = _decider(shed=ShedConfig(level_factors=(0.5, 0.5, 0.5)),
                        router=RouterConfig(explore_rate=0.0))
     decider.offer(targets(extra=64, budget=1e9, coverage=0.6), T0)
     decider.decide("s", 500, T0)
-    decider.observe(ServerState(queue_delay_ms=1.0, in_flight=1, shedding_level=3), T0 + 1)
-    ds = [decider.decide("s", 500, T0 + 2) for _ in range(20_000)]
-    assert {d.extra for d in ds} == {32}
-    assert decider.counters["rma_shed"]["overload"] == 32 * 20_000
+    decider.observe(ServerState(queue_delay_ms=1.0, in_flight=1, shedding_level=3), T0 + 1,
+                    model=model)  # type: ignore[arg-type]
+    return decider, [decider.decide("s", 500, T0 + 2) for _ in range(20_000)]
+
+
+def test_a_struggling_ranking_worker_shrinks_extras_only_and_counts_them() -> None:
+    decider, ds = _struggling("baseline")
+    ranking = [d for d in ds if d.model == "baseline"]
+    assert {d.extra for d in ranking} == {32}
+    assert {d.extra for d in ds if d.model == "powerful"} == {64}
+    assert decider.counters["rma_shed"]["overload"] == 32 * len(ranking)
+    assert sum(d.model == "powerful" for d in ds) / len(ds) == pytest.approx(0.6, abs=0.02)
+    assert "sbm_shed" not in decider.counters
+
+
+def test_a_struggling_powerful_worker_shrinks_coverage_not_the_ranking_extras() -> None:
+    decider, ds = _struggling("powerful")
+    assert {d.extra for d in ds if d.model == "baseline"} == {64}
+    assert {d.extra for d in ds if d.model == "powerful"} == {32}
     powerful = sum(d.model == "powerful" for d in ds) / len(ds)
     assert powerful == pytest.approx(0.3, abs=0.02)
     assert decider.counters["sbm_shed"]["overload"] == pytest.approx(0.3 * 20_000, rel=0.1)
+    assert decider.shed_counters() == {"powerful": {"cuts": 1, "shedding_level_3": 1}}
 
 
 def test_coverage_is_met_and_counted_by_exploit_and_explore() -> None:

@@ -108,3 +108,16 @@ def test_a_request_gets_the_extras_that_fit_under_the_delay_bound_not_none() -> 
     worker.submit_ranking(req, 0, 1000.0)
     assert req.opt_units == 40                         # 25 ms less the 5 ms of its baseline
     assert worker.admission.shed_units == {"overload": 160}
+
+
+def test_a_fallback_from_the_past_is_not_charged_the_engines_order_as_a_wait() -> None:
+    """The engine may run this replica to the end of a step before a powerful replica finds a
+    request past its deadline earlier in that step; the fallback then reaches this replica at
+    its own clock, and waits in its queue only for what is queued there."""
+    done: list = []
+    worker = _worker(done, [])
+    worker.advance(1_000)
+    late = _request(900, extra=0)
+    worker.submit_ranking(late, 900, 100.0)
+    assert late.at_worker_ms == 1_000
+    assert done[0][1] == BASE and 20.0 <= done[0][2] < 20.6   # the curve, no 100 ms wait
