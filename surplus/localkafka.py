@@ -483,7 +483,7 @@ def up_cluster(brokers: int = 3, port: int = DEFAULT_PORT, data_dir: Path = DEFA
                           f"--data-dir")
     recorded = len(_node_dirs(data_dir))
     if recorded and recorded != brokers:
-        raise BrokerError(f"{data_dir} holds a cluster of {recorded} brokers, not {brokers}")
+        raise BrokerError(f"{data_dir} holds a cluster of {recorded}, not of {brokers} brokers")
     running = cluster_status(data_dir)
     if running is not None and not running.missing:
         return running, False
