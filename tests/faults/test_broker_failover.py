@@ -95,6 +95,7 @@ class NoticeStream:
         self.sent: dict[str, float] = {}
         self.acked: dict[str, float] = {}
         self.failed: dict[str, str] = {}
+        self._lock = threading.Lock()  # the test reads what the sending thread writes
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fault-notices", daemon=True)
 
@@ -125,22 +126,26 @@ class NoticeStream:
         notice = PreemptionNotice(notice_id=notice_id, ts_ms=now, region=NOTICE_REGION,
                                   pool_id=f"{NOTICE_REGION}/rank/baseline/a100/opportunistic",
                                   deadline_ms=now + 30_000, accelerator="a100")
-        self.sent[notice_id] = time.monotonic()
+        with self._lock:
+            self.sent[notice_id] = time.monotonic()
         kafka_clients.produce_waiting(
             self.producer, self.kafka.topic("preemption"), key=NOTICE_REGION.encode(),
             value=encode(notice),
             on_delivery=lambda err, _msg: self._delivered(notice_id, err))
 
     def _delivered(self, notice_id: str, err: KafkaError | None) -> None:
-        if err is None:
-            self.acked[notice_id] = time.monotonic()
-        else:
-            self.failed[notice_id] = str(err)
+        with self._lock:
+            if err is None:
+                self.acked[notice_id] = time.monotonic()
+            else:
+                self.failed[notice_id] = str(err)
 
     def first_acked_after(self, t: float) -> float | None:
         """When the first notice sent after `t` was acknowledged (by a live leader: the old
         one was dead when it was sent)."""
-        times = [self.acked[i] for i, sent in self.sent.items() if sent > t and i in self.acked]
+        with self._lock:
+            times = [self.acked[i] for i, sent in self.sent.items()
+                     if sent > t and i in self.acked]
         return min(times) if times else None
 
 
