@@ -234,3 +234,12 @@ async def test_under_overload_optional_work_is_shed_and_baseline_still_served() 
             assert status == 200 and raw["scored"] == 4
             assert raw["shed_reason"] == "overload"
         assert worker.batcher.state().shed_units == {"overload": 120}
+
+
+async def test_a_connection_is_closed_after_its_quota_of_responses_and_the_client_goes_on(
+        ) -> None:
+    async with running_worker(tiny_config(max_requests_per_connection=3)) as (_, client):
+        answers = [await client.get("/healthz") for _ in range(7)]
+        closing = [r.headers.get("Connection", "").lower() == "close" for r in answers]
+        assert [r.status for r in answers] == [200] * 7
+        assert closing == [False, False, True, False, False, True, False]

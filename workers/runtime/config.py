@@ -49,6 +49,11 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     host: str = "127.0.0.1"
     port: Annotated[int, Meta(ge=0, le=65_535)] = 8080
     max_body_bytes: Annotated[int, Meta(ge=1024, le=64 << 20)] = 1 << 20
+    #: Responses on one keep-alive connection before it is closed (``Connection: close``; 0:
+    #: never). A client's pool reuses every connection in turn, so none idles out and the
+    #: pool otherwise keeps every connection the busiest burst of its life opened (see
+    #: ``server._recycle_connections``); nginx's ``keepalive_requests`` long defaulted to 100.
+    max_requests_per_connection: Annotated[int, Meta(ge=0, le=1_000_000)] = 100
     batching: BatchingConfig = BatchingConfig()
     admission: AdmissionConfig = AdmissionConfig()
     limits: LocalLimits = LocalLimits()

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import signal
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -35,6 +36,8 @@ from workers.runtime.worker import ModelFailure, NotReady, OptionalShed, Request
 log = logging.getLogger("surplus.worker")
 
 WORKER_KEY = web.AppKey("worker", Worker)
+#: Responses served so far on each open connection (entries go with their connections).
+SERVED_KEY = web.AppKey("served_per_connection", weakref.WeakKeyDictionary)
 _json = msgspec.json.Encoder()
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -61,6 +64,27 @@ async def _errors_as_json(request: web.Request, handler: Handler) -> web.StreamR
     except Exception as exc:
         log.exception("unexpected error on %s", request.path)
         return _json_response(worker, 500, {"error": f"internal error: {type(exc).__name__}"})
+
+
+@web.middleware
+async def _recycle_connections(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Close a keep-alive connection after ``max_requests_per_connection`` responses, so that
+    connections opened for a burst go away once it is over instead of staying for the life of
+    the client and the worker (found by ``surplus soak``: a client's pool takes its idle
+    connections in turn, none idles long enough to expire, and the open sockets on both
+    sides grew a step with each busier burst). The client opens a new one when it needs it."""
+    response = await handler(request)
+    limit = request.app[WORKER_KEY].config.max_requests_per_connection
+    transport = request.transport
+    if limit and transport is not None:
+        served = request.app[SERVED_KEY]
+        count = served.get(transport, 0) + 1
+        if count >= limit:
+            response.force_close()
+            served.pop(transport, None)
+        else:
+            served[transport] = count
+    return response
 
 
 async def _rank(request: web.Request) -> web.Response:
@@ -120,8 +144,9 @@ def create_app(worker: Worker) -> web.Application:
     """The aiohttp application of one worker (the worker is started separately)."""
     # aiohttp's own limit is a little above ours so that we, not it, word the 413.
     app = web.Application(client_max_size=worker.config.max_body_bytes + 1,
-                          middlewares=[_errors_as_json])
+                          middlewares=[_errors_as_json, _recycle_connections])
     app[WORKER_KEY] = worker
+    app[SERVED_KEY] = weakref.WeakKeyDictionary()
     app.router.add_post(RANK_PATH, _rank)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
