@@ -7,9 +7,11 @@ connections and requests of the moment, RSS with the garbage not yet collected, 
 what raises the level the whole window long, not one sample.
 
 Lag and targets age hover near zero, where a ratio says nothing (0 → 2 messages is not
-"infinite growth"), so each may have a *floor*: the start is judged as at least the floor
-(100 messages of lag; one control period of age, since a worker holding targets sees them
-anywhere between just issued and one period old). Growth past the floor still fails.
+"infinite growth"), so each may have a *floor*: the start is judged as at least the floor.
+100 messages of lag. Two control periods of targets age: a worker sees its targets anywhere
+between just issued and one period old, and a tick that a loaded machine delays adds up to
+another (with a 2 s period and a 6 s TTL, an end past 4.4 s fails: targets close to lapsing).
+Growth past the floor still fails.
 """
 
 from __future__ import annotations

@@ -179,7 +179,7 @@ class Soak(Demo):
         expected = self._expected()
         series, pids = collect(self.samples)
         floors = {"consumer_lag": growth.LAG_FLOOR,
-                  "targets_age_s": self.scenario.control.period_ms / 1000.0}
+                  "targets_age_s": 2 * self.scenario.control.period_ms / 1000.0}
         verdicts = growth.judge(series, expected, span, opt.bound, floors)
         failures = growth.failures(verdicts)
         failures += [f"{name} pid: replaced during the run ({' -> '.join(map(str, seen))})"
