@@ -12,6 +12,13 @@ comes from the capacity the allocator gave RMA at the measured cost of a candida
 post-hoc clamp, so the integral cannot wind up behind it; when the budget falls the target
 falls with it in the same period, without waiting for a PID ramp. When p99 breaches the SLA
 itself (not just the aim), extra work is cut multiplicatively at once.
+
+A clamp by the budget (capacity reclaimed, a burst that raised the request rate) is not a
+verdict of the latency loop: the output the loop had reached before it is *held*, and once the
+budget allows more again, while p99 is under the aim, the output returns to it in one step
+rather than ramping from the clamp (as TCP restores its window after a loss it knows was not
+congestion). Whenever p99 reaches the aim the held point is forgotten: the loop itself then
+says less.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ class RmaState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     pid: PidState = msgspec.field(default_factory=PidState)
     rates: list[float] = []
     """Ranking request rates of the last periods, oldest first (see ``RmaPolicy.cap``)."""
+    held: float = 0.0
+    """The output a budget clamp cut, to return to once the budget allows (0: none)."""
 
 
 def rma_budget(allocation: Allocation, config: RmaConfig, units_per_accel_s: float) -> float:
@@ -86,6 +95,7 @@ class RmaPolicy:
         state = state or RmaState()
         self.pid = Pid(config.pid(), state.pid)
         self._rates = list(state.rates[-RATE_PERIODS:])
+        self._held = state.held
         self.last_p99_ms: float | None = None
         #: What kept the last target from being higher (see ``LimitReason``).
         self.limited_by: LimitReason = "hold"
@@ -101,7 +111,8 @@ class RmaPolicy:
         """
         if budget_units_per_s <= 0:
             return 0.0
-        per_request = budget_units_per_s / max(self.settled_rate(request_rate),
+        per_request = budget_units_per_s / max(min(self.settled_rate(request_rate),
+                                                   request_rate),
                                                self.config.min_request_rate)
         return min(float(self.config.max_extra_candidates), per_request)
 
@@ -129,18 +140,38 @@ class RmaPolicy:
             self._rates = [*self._rates, rate][-RATE_PERIODS:]
         self.last_p99_ms = p99
         budget_high = high
+        self._hold(high)
         if p99 is None:
             self.pid.limit(high)
         else:
+            if p99 >= self.config.setpoint_ms:
+                self._held = 0.0                     # the latency loop says less, not the budget
             if p99 > self.config.sla_p99_ms:
                 high = min(high, self.pid.output * self.config.overload_cut)
                 self.pid.limit(high)
             before = self.pid.output
             self.pid.update(p99, dt_s, limit_high=high)
             self._slow_start(p99, before, high)
+            self._restore(high)
         target = self._target(budget, high)
         self.limited_by = self._limit(target.extra_candidates, budget_high, p99, ceiling)
         return msgspec.structs.replace(target, limited_by=self.limited_by)
+
+    def _hold(self, high: float) -> None:
+        """The budget is about to cut the output: remember where the latency loop had it."""
+        if self.pid.output > high:
+            self._held = max(self._held, self.pid.output)
+
+    def _restore(self, high: float) -> None:
+        """Back to the held output, as far as the budget allows (p99 is under the aim)."""
+        held = self._held
+        if held <= self.pid.output:
+            self._held = 0.0
+            return
+        if high > self.pid.output:
+            self.pid.move_to(min(held, high))
+            if self.pid.output >= held:
+                self._held = 0.0
 
     def _slow_start(self, p99_ms: float, before: float, high: float) -> None:
         """Far under the SLA, let the output grow by a ratio (as TCP's slow start): there the
@@ -172,6 +203,7 @@ class RmaPolicy:
         """Fast path: lower the held output to what the budget still pays for, no PID step."""
         budget = max(0.0, budget_units_per_s)
         high = self.cap(budget, request_rate)
+        self._hold(high)
         self.pid.limit(high)
         self.limited_by = "preemption"
         return msgspec.structs.replace(self._target(budget, high), limited_by="preemption")
@@ -182,4 +214,4 @@ class RmaPolicy:
 
     @property
     def state(self) -> RmaState:
-        return RmaState(pid=self.pid.state, rates=list(self._rates))
+        return RmaState(pid=self.pid.state, rates=list(self._rates), held=self._held)

@@ -13,7 +13,9 @@ own SLA. No powerful capacity means zero coverage. Without
 enough latency samples coverage holds, except at zero: a pool that is sent nothing reports
 no latency, so holding there would never start; one probing step is taken instead. Likewise a
 coverage too small for a period to gather enough samples at the traffic seen steps up, as long
-as none of the few samples it got was over the SLA.
+as none of the few samples it got was over the SLA. As with RMA's budget, a cut by capacity
+(a reclaim) holds the coverage it cut, and coverage returns to it in one step once capacity
+supports it again, unless the powerful pools have since been over their SLA.
 
 ``SegmentEstimator`` learns, per segment, how much better the powerful model's outcomes are
 than the baseline's: a Normal-Normal posterior per (segment, model) whose prior is the model's
@@ -37,6 +39,8 @@ _GAIN_BOUND = 1e6
 
 class SbmState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     coverage: float = 0.0
+    held: float = 0.0
+    """The coverage a capacity cut took away, to return to once capacity allows (0: none)."""
 
 
 def serviceable_rps(stats: list[WindowStats], sbm_accel_units: float,
@@ -59,7 +63,9 @@ class SbmPolicy:
 
     def __init__(self, config: SbmConfig, state: SbmState | None = None) -> None:
         self.config = config
-        self.coverage = (state or SbmState()).coverage
+        state = state or SbmState()
+        self.coverage = state.coverage
+        self._held = state.held
         #: What kept the last coverage from being higher (see ``LimitReason``).
         self.limited_by: LimitReason = "hold"
 
@@ -95,11 +101,17 @@ class SbmPolicy:
             wanted, why = cfg.max_increase_per_period, "sla"
         elif max(judged) > cfg.sla_p99_ms:
             wanted, why = self.coverage * cfg.trim_factor, "sla"  # powerful pools too slow
+            self._held = 0.0
         else:
             wanted, why = self.coverage + self._increase(max(judged)), "sla"
         if ceiling is not None:
             cap, why = min(cap, ceiling), "hold"
+        if self._held > wanted and why == "sla":
+            wanted = self._held          # back to where capacity cut it, as far as it allows
+        self._hold(cap)
         self.coverage = max(0.0, min(wanted, cap, 1.0))
+        if self._held <= self.coverage:
+            self._held = 0.0
         if serviceable <= 0:
             why = "capacity"
         elif request_rps <= 0:
@@ -126,9 +138,15 @@ class SbmPolicy:
         """Fast path: lower coverage to what remaining capacity supports; never raises it."""
         cap = self.cap(serviceable, request_rps)
         if cap is not None:
+            self._hold(cap)
             self.coverage = max(0.0, min(self.coverage, cap))
         self.limited_by = "preemption"
         return self.coverage
+
+    def _hold(self, cap: float) -> None:
+        """Capacity is about to cut coverage: remember the coverage it had reached."""
+        if self.coverage > cap:
+            self._held = max(self._held, self.coverage)
 
     def target(self, estimator: SegmentEstimator) -> SbmTarget:
         """The wire target: current coverage and every tracked segment's priority."""
@@ -136,7 +154,7 @@ class SbmPolicy:
 
     @property
     def state(self) -> SbmState:
-        return SbmState(coverage=self.coverage)
+        return SbmState(coverage=self.coverage, held=self._held)
 
 
 class ModelStats(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

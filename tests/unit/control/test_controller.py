@@ -121,15 +121,31 @@ def test_partial_preemption_lowers_but_never_raises() -> None:
     assert fast.sbm.segments == before.sbm.segments
 
 
-def test_no_burst_after_fast_path_when_capacity_returns() -> None:
+def _reclaimed_and_returned(**between: float) -> tuple[ControlTargets, ControlTargets]:
+    """Targets before a whole-pool reclaim, and the first period's after the capacity came back
+    (``between``: the reports of one period spent without it)."""
     c = granted(pools=(RANK_POOL,))
-    t, _ = run(c, 0, 6)
+    t, before = run(c, 0, 6)
     c.on_preemption(notice(RANK_POOL, ts_ms=t + 5), t + 5)
+    if between:
+        t, _ = run(c, t, 1, **between)
     c.on_capacity(grant(RANK_POOL, accel=8.0, cpu=64.0, ts_ms=t + 6, expires_at_ms=FOREVER),
                   t + 6)
     _, after = run(c, t, 1)
-    assert after.rma.extra_candidates <= MAX_STEP     # ramps again from zero
-    assert after.sbm.coverage <= CONFIG.sbm.max_increase_per_period + 1e-12
+    return before, after
+
+
+def test_capacity_returning_resumes_what_the_latency_loop_had_reached_and_no_more() -> None:
+    before, after = _reclaimed_and_returned()
+    assert before.rma.extra_candidates > 2 * MAX_STEP
+    assert after.rma.extra_candidates == before.rma.extra_candidates   # not a ramp from zero
+    assert 0.0 < after.sbm.coverage <= before.sbm.coverage
+
+
+def test_a_tail_at_the_aim_since_the_reclaim_ramps_again_from_zero() -> None:
+    before, after = _reclaimed_and_returned(rank_p99=CONFIG.rma.setpoint_ms + 5.0)
+    assert before.rma.extra_candidates > MAX_STEP
+    assert after.rma.extra_candidates <= MAX_STEP
 
 
 def test_first_tick_after_restore_is_held_to_the_last_targets() -> None:

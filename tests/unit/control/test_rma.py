@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import msgspec
 import pytest
@@ -182,3 +183,25 @@ def test_every_target_says_what_limits_it() -> None:
     assert (top.extra_candidates, top.limited_by) == (200, "max")
     assert policy.step([stats(150.0)], BIG_BUDGET, 10.0).limited_by == "sla"
     assert policy.clamp(BIG_BUDGET, 100.0).limited_by == "preemption"
+
+
+def test_a_budget_cut_is_held_and_undone_in_one_step_once_the_budget_is_back() -> None:
+    policy = RmaPolicy(msgspec.structs.replace(CONFIG, slow_start_below=0.0))
+    for _ in range(30):
+        policy.step([stats(60.0)], BIG_BUDGET, 10.0)
+    reached = policy.pid.output
+    assert policy.clamp(0.0, 100.0).extra_candidates == 0          # capacity reclaimed
+    state = msgspec.json.decode(msgspec.json.encode(policy.state), type=RmaState)
+    restarted = RmaPolicy(policy.config, state)                    # the hold survives a restart
+    back = restarted.step([stats(60.0)], BIG_BUDGET, 10.0).extra_candidates
+    assert back == math.floor(reached + 1e-9)
+
+
+def test_a_held_point_is_forgotten_once_the_tail_reaches_the_aim() -> None:
+    policy = RmaPolicy(msgspec.structs.replace(CONFIG, slow_start_below=0.0))
+    for _ in range(30):
+        policy.step([stats(60.0)], BIG_BUDGET, 10.0)
+    policy.clamp(0.0, 100.0)
+    policy.step([stats(85.0)], 0.0, 10.0)                         # at the aim, no budget
+    back = policy.step([stats(60.0)], BIG_BUDGET, 10.0).extra_candidates
+    assert back <= (CONFIG.max_step or 0.0)                                 # ramps from zero again

@@ -168,3 +168,19 @@ def test_a_coverage_too_small_to_gather_samples_steps_up_unless_a_sample_was_slo
     assert policy.step([powerful(1000.0, p99_ms=300.0, enough=False)], 40.0, 1000.0, 25.0,
                        starved=True) == pytest.approx(0.04)
     assert policy.limited_by == "hold"
+
+
+def test_coverage_cut_by_a_reclaim_returns_in_one_step_when_capacity_does() -> None:
+    slow = msgspec.structs.replace(CONFIG, max_increase_per_period=0.01, slow_start_below=0.0)
+    policy = SbmPolicy(slow, SbmState(coverage=0.4))
+    assert policy.clamp(0.0, 100.0) == 0.0
+    state = msgspec.json.decode(msgspec.json.encode(policy.state), type=SbmState)
+    assert SbmPolicy(slow, state).step([powerful(1000.0)], 40.0, 100.0, 25.0) == 0.4
+
+
+def test_a_powerful_pool_over_its_sla_forgets_the_held_coverage() -> None:
+    slow = msgspec.structs.replace(CONFIG, max_increase_per_period=0.01, slow_start_below=0.0)
+    policy = SbmPolicy(slow, SbmState(coverage=0.4))
+    policy.clamp(10.0, 100.0)                                      # 0.08 left
+    policy.step([powerful(10.0, p99_ms=300.0)], 40.0, 100.0, 25.0)  # over the SLA: trimmed
+    assert policy.step([powerful(1000.0)], 40.0, 100.0, 25.0) == pytest.approx(0.05)
