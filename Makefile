@@ -1,11 +1,16 @@
-# Each target does its own set-up: a fresh clone needs only Python 3.11, Java 17 and Maven.
+# Each target does its own set-up: a fresh clone needs only Python 3.11, Java 17 and Maven
+# (and Go for the tests: toxiproxy is built from the Go module proxy).
 PY      ?= python3.11
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 JARS    := .kafka/libs/.fetched
+# toxiproxy, the TCP proxy the network fault test puts between Kafka and its clients.
+TOXIPROXY_VERSION := v2.5.0
+TOXIPROXY_BUILD   := .tools/toxiproxy-$(TOXIPROXY_VERSION)/server
+TOXIPROXY         := .tools/toxiproxy-server
 
-.PHONY: test test-fast test-faults lint demo soak bench clean setup compose-check
+.PHONY: test test-fast test-faults lint demo soak bench clean setup compose-check toxiproxy
 
 setup: $(STAMP) $(JARS)
 
@@ -19,14 +24,23 @@ $(JARS): infra/kafka/pom.xml $(STAMP)
 	$(BIN)/surplus kafka fetch
 	touch $(JARS)
 
+# Built once per version into .tools/ (git-ignored); .tools/toxiproxy-server points at it.
+toxiproxy: $(TOXIPROXY)
+
+$(TOXIPROXY): $(TOXIPROXY_BUILD)
+	ln -sfn toxiproxy-$(TOXIPROXY_VERSION)/server $@
+
+$(TOXIPROXY_BUILD):
+	GOBIN=$(abspath $(dir $@)) go install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
+
 # The fault suite runs in a session of its own (a fresh broker, its figures printed last).
-test: setup
+test: setup $(TOXIPROXY)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q -m "not faults"
 	$(BIN)/pytest -q -m faults
 
-test-faults: setup
+test-faults: setup $(TOXIPROXY)
 	$(BIN)/pytest -q -m faults
 
 # No broker, no Kafka jars, no full-length goldens: the loop to run while editing (~1 min).
