@@ -130,6 +130,29 @@ class SecuredListeners:
         return args
 
 
+@dataclass(frozen=True)
+class BehindProxy:
+    """The broker as clients reach it through a TCP proxy on ``proxy_port`` (toxiproxy in the
+    network fault test): the client listener advertises the proxy's port, so a client that
+    bootstraps through the proxy is told to connect to the proxy again, never past it.
+
+    Brokers talk to one another on a listener of their own (``direct_port``, advertised as
+    itself), so cutting the proxy cuts the clients and not the broker from itself.
+    """
+
+    proxy_port: int
+    direct_port: int
+
+    def ports(self) -> tuple[int]:
+        return (self.direct_port,)
+
+    def properties(self, port: int, controller_port: int) -> str:
+        """The listener block appended to the broker's server.properties."""
+        template = (INFRA_DIR / "proxied.properties.template").read_text()
+        return template.format(port=port, controller_port=controller_port,
+                               proxy_port=self.proxy_port, direct_port=self.direct_port)
+
+
 _SAFE_CREDENTIAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._")
 
 
@@ -259,12 +282,12 @@ def status(data_dir: Path = DEFAULT_DATA) -> BrokerInfo | None:
 
 
 def _write_config(data_dir: Path, port: int, controller_port: int,
-                  secured: SecuredListeners | None = None) -> Path:
+                  listeners: SecuredListeners | BehindProxy | None = None) -> Path:
     template = (INFRA_DIR / "server.properties.template").read_text()
     config = template.format(port=port, controller_port=controller_port,
                              log_dir=data_dir / "logs")
-    if secured is not None:
-        config += "\n" + secured.properties(port, controller_port)
+    if listeners is not None:
+        config += "\n" + listeners.properties(port, controller_port)
     path = data_dir / "server.properties"
     path.write_text(config)
     return path
@@ -298,12 +321,18 @@ def _log_flags() -> list[str]:
 
 def up(port: int = DEFAULT_PORT, data_dir: Path = DEFAULT_DATA,
        heap_mb: int = 512, timeout_s: float = START_TIMEOUT_S,
-       secured: SecuredListeners | None = None) -> tuple[BrokerInfo, bool]:
+       secured: SecuredListeners | None = None,
+       behind_proxy: BehindProxy | None = None) -> tuple[BrokerInfo, bool]:
     """Start the broker in the background; returns (info, started) — started=False if it ran.
 
     With ``secured``, it also listens with TLS and SASL (see `SecuredListeners`); ``port``
-    stays the PLAINTEXT operator listener, which readiness is checked on.
+    stays the PLAINTEXT operator listener, which readiness is checked on. With
+    ``behind_proxy``, clients are sent to the proxy (see `BehindProxy`); readiness is still
+    checked on ``port`` itself.
     """
+    if secured is not None and behind_proxy is not None:
+        raise BrokerError("a local broker is either secured or behind a proxy, not both")
+    listeners = secured or behind_proxy
     data_dir = data_dir.resolve()
     if _node_dirs(data_dir):
         raise BrokerError(f"{data_dir} holds a local cluster: use --brokers "
@@ -314,11 +343,11 @@ def up(port: int = DEFAULT_PORT, data_dir: Path = DEFAULT_DATA,
     java = java_binary()
     _classpath()
     controller_port = port + 1
-    for p in (port, controller_port, *(secured.ports() if secured else ())):
+    for p in (port, controller_port, *(listeners.ports() if listeners else ())):
         if not _port_free(p):
             raise BrokerError(f"port {p} on 127.0.0.1 is already in use")
     data_dir.mkdir(parents=True, exist_ok=True)
-    config = _write_config(data_dir, port, controller_port, secured)
+    config = _write_config(data_dir, port, controller_port, listeners)
     _format_storage(java, config, data_dir, secured.format_args() if secured else None)
     started = time.monotonic()
     proc = _start_jvm(java, config, data_dir, port, heap_mb)

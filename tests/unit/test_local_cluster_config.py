@@ -47,3 +47,22 @@ def test_a_cluster_and_a_single_broker_never_share_a_data_dir(tmp_path: Path) ->
 def test_a_cluster_of_no_brokers_is_refused_by_name() -> None:
     with pytest.raises(localkafka.BrokerError, match="brokers must be 1 to 9, not 0"):
         localkafka.up_cluster(0)
+
+
+def test_a_broker_behind_a_proxy_sends_clients_to_the_proxy_and_itself_direct(
+        tmp_path: Path) -> None:
+    behind = localkafka.BehindProxy(proxy_port=7000, direct_port=7100)
+    config = _properties(localkafka._write_config(tmp_path, 9092, 9093, behind))
+    assert config["listeners"] == ("PLAINTEXT://127.0.0.1:9092,DIRECT://127.0.0.1:7100,"
+                                   "CONTROLLER://127.0.0.1:9093")
+    assert config["advertised.listeners"] == ("PLAINTEXT://127.0.0.1:7000,"
+                                              "DIRECT://127.0.0.1:7100")
+    assert config["inter.broker.listener.name"] == "DIRECT"
+
+
+def test_a_local_broker_is_not_both_secured_and_behind_a_proxy(tmp_path: Path) -> None:
+    secured = localkafka.SecuredListeners(ssl_port=1, sasl_ssl_port=2, keystore=tmp_path,
+                                          truststore=tmp_path)
+    with pytest.raises(localkafka.BrokerError, match="either secured or behind a proxy"):
+        localkafka.up(data_dir=tmp_path, secured=secured,
+                      behind_proxy=localkafka.BehindProxy(proxy_port=3, direct_port=4))
