@@ -261,8 +261,9 @@ def _assert_slow(phase: Phase, fleet: Fleet) -> None:
 
 
 def _assert_fails_safe(phase: Phase, fleet: Fleet, cut: bool) -> None:
-    """Targets stop: worker and client baseline only within the TTL, not before the targets
-    held at the start lapse (a cut) or at all (starved); optional work stops; then back."""
+    """Targets stop arriving: worker and client go baseline only within the TTL (after a cut,
+    not before the targets held at its start lapse, and for good), no optional work is done
+    once both have, and everything is back after healing."""
     assert phase.worker_fail_safe_s is not None and phase.client_fail_safe_s is not None, phase
     assert phase.worker_fail_safe_s <= TTL_S + SEEN_WITHIN_S, phase
     assert phase.client_fail_safe_s <= TTL_S + SEEN_WITHIN_S, phase
