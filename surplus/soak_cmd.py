@@ -25,6 +25,9 @@ def soak(
     rate: Rate = None,
     bootstrap: Cluster = None,
     prefix: RunPrefix = None,
+    report_only: Annotated[bool, typer.Option(
+        "--report", help="Only judge the samples of the run in --out again (summary.json, "
+                         "soak.txt).")] = False,
 ) -> None:
     """Run the demo's processes under steady load and check that none of them grows.
 
@@ -34,8 +37,18 @@ def soak(
     own report in --out/demo) and exits 1 naming the process and measure that grew more than
     --bound after the warm-up.
     """
+    from surplus.soak import verdict
     from surplus.soak.run import Soak, SoakOptions
 
+    if report_only:
+        try:
+            summary = verdict.rejudge(out)
+        except (OSError, ValueError, KeyError) as exc:
+            fail(f"no soak to judge in {out} ({type(exc).__name__}: {exc})")
+        verdict.write(out, summary, typer.echo)
+        if not summary["ok"]:
+            raise typer.Exit(1)
+        return
     seconds = minutes * 60.0
     if seconds < 60:
         fail(f"--minutes must be at least 1, got {minutes:g}")

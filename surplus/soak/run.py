@@ -25,8 +25,7 @@ from schemas.clock import wall_ms
 from surplus import localkafka
 from surplus.demo.procs import metrics_text
 from surplus.demo.run import Demo, DemoOptions
-from surplus.soak import growth, probe
-from surplus.soak.table import table
+from surplus.soak import growth, probe, verdict
 
 DEFAULT_SCENARIO = "soak"
 LAG = ("consumer_lag",)
@@ -108,14 +107,7 @@ class Soak(Demo):
         if not self.samples:
             return code or 1
         summary = self._summary(code)
-        (self.soak.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        text = table(summary)
-        (self.soak.out / "soak.txt").write_text(text + "\n")
-        self.say(text)
-        for line in summary["failures"]:
-            self.say(f"soak: FAILED {line}")
-        self.say(f"soak: summary {self.soak.out / 'summary.json'}  table "
-                 f"{self.soak.out / 'soak.txt'}  samples {self._samples_path}")
+        verdict.write(self.soak.out, summary, self.say)
         if code:
             return code
         return 0 if summary["ok"] else 1
@@ -175,48 +167,15 @@ class Soak(Demo):
 
     def _summary(self, code: int) -> dict[str, Any]:
         opt = self.soak
-        span = growth.windows(opt.duration_s, opt.warmup, opt.interval_s)
-        expected = self._expected()
-        series, pids = collect(self.samples)
-        floors = {"consumer_lag": growth.LAG_FLOOR,
-                  "targets_age_s": 2 * self.scenario.control.period_ms / 1000.0}
-        verdicts = growth.judge(series, expected, span, opt.bound, floors)
-        failures = growth.failures(verdicts)
-        failures += [f"{name} pid: replaced during the run ({' -> '.join(map(str, seen))})"
-                     for name, seen in pids.items() if len(seen) > 1]
+        summary = verdict.summarize(self.samples, self._expected(), duration_s=opt.duration_s,
+                                    warmup_s=opt.warmup, interval_s=opt.interval_s,
+                                    bound=opt.bound,
+                                    period_s=self.scenario.control.period_ms / 1000.0)
         if code:
-            failures.append(f"the run itself failed (status {code}): see {self.out}/logs")
-        processes: dict[str, dict[str, Any]] = {
-            name: {"pid": pids.get(name, [None])[-1], "measures": {}} for name in expected}
-        for v in verdicts:
-            processes[v.process]["measures"][v.measure] = {
-                "start": v.start, "end": v.end, "growth": v.growth, "ok": v.ok,
-                "samples": v.samples, **({"floor": v.floor} if v.floor else {}),
-                **({"why": v.why} if v.why else {})}
-        return {"ok": not failures, "failures": failures, "minutes": opt.minutes,
-                "duration_s": opt.duration_s, "warmup_s": opt.warmup,
-                "interval_s": opt.interval_s, "window_s": span.window_s, "bound": opt.bound,
-                "scenario": self.scenario.name, "start_ms": self.start_ms,
-                "samples": len(self.samples), "processes": processes,
-                "demo": _demo_headline(self.out / "summary.json")}
-
-
-def collect(samples: list[dict[str, Any]]) -> tuple[dict[str, dict[str, list[tuple[float, float]]]],
-                                                    dict[str, list[int]]]:
-    """The sample lines as series (process -> measure -> [(t, value)]) and, per process, the
-    pids it ran under in order (more than one: it was replaced)."""
-    series: dict[str, dict[str, list[tuple[float, float]]]] = {}
-    pids: dict[str, list[int]] = {}
-    for line in samples:
-        t = float(line["t_s"])
-        for name, entry in line["processes"].items():
-            seen = pids.setdefault(name, [])
-            if not seen or seen[-1] != entry["pid"]:
-                seen.append(entry["pid"])
-            for measure, value in entry.items():
-                if measure != "pid":
-                    series.setdefault(name, {}).setdefault(measure, []).append((t, value))
-    return series, pids
+            summary["failures"].append(verdict.RUN_FAILED.format(code=code, logs=self.out))
+            summary["ok"] = False
+        return {**summary, "minutes": opt.minutes, "scenario": self.scenario.name,
+                "start_ms": self.start_ms, "demo": _demo_headline(self.out / "summary.json")}
 
 
 def _demo_headline(path: Path) -> dict[str, Any]:

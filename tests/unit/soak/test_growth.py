@@ -38,7 +38,14 @@ def test_one_busy_sample_in_a_window_does_not_decide() -> None:
     points = _flat(20)
     points[-2] = (points[-2][0], 40.0)  # a burst of connections at the very end
     [v] = growth.judge({"loadgen": {"fds": points}}, {"loadgen": ["fds"]}, SPAN, 0.10, {})
-    assert v.ok and v.end == 20
+    assert v.ok and v.end == 21.538
+
+
+def test_a_level_that_wanders_averages_out() -> None:
+    # fds of 25 to 28 under a steady load: single samples or medians could read 25 -> 28
+    wandering = [(t, 25.0 + (i * 7) % 4) for i, (t, _) in enumerate(_flat(0))]
+    [v] = growth.judge({"loadgen": {"fds": wandering}}, {"loadgen": ["fds"]}, SPAN, 0.10, {})
+    assert v.ok and v.growth is not None and abs(v.growth - 1.0) < 0.05
 
 
 def test_a_measure_near_zero_is_judged_from_its_floor() -> None:
@@ -72,7 +79,8 @@ def test_a_process_gone_before_the_end_fails() -> None:
     assert not v.ok and v.why == "no samples at the end"
 
 
-def test_windows_take_a_tenth_of_the_judged_stretch_and_at_least_three_samples() -> None:
-    assert growth.windows(1800, 300, 5) == Windows(300, 1800, 150.0)
-    assert growth.windows(150, 60, 5) == Windows(60, 150, 15.0)
-    assert Windows(60, 150, 15.0).end == (135.0, 150)
+def test_windows_take_a_quarter_of_the_judged_stretch_and_at_least_three_samples() -> None:
+    assert growth.windows(1800, 300, 5) == Windows(300, 1800, 375.0)
+    assert growth.windows(150, 60, 2) == Windows(60, 150, 22.5)
+    assert growth.windows(80, 60, 5) == Windows(60, 80, 15.0)
+    assert Windows(60, 150, 22.5).end == (127.5, 150)
