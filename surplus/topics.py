@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +26,8 @@ class ApplyReport:
 
 def create_topics(admin: AdminClient, topics: list[NewTopic], timeout_s: float) -> list[str]:
     """Create ``topics``; the names created (one that already exists is not an error, as
-    another process may have just made it). Any other failure raises."""
+    another process may have just made it). Any other failure raises. Returns once every
+    topic is in the brokers' metadata with a leader for each partition (`await_visible`)."""
     if not topics:
         return []
     created = []
@@ -36,7 +38,27 @@ def create_topics(admin: AdminClient, topics: list[NewTopic], timeout_s: float) 
         except Exception as exc:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise
+    await_visible(admin, [t.topic for t in topics], timeout_s)
     return created
+
+
+def await_visible(admin: AdminClient, names: list[str], timeout_s: float) -> None:
+    """Wait until every topic of ``names`` has a leader for each partition in the metadata the
+    brokers serve. The controller acknowledges a creation before the brokers have applied it:
+    a client that asks at once (a consumer assigning partitions) is told the topic does not
+    exist, as a loaded machine showed. Raises TimeoutError naming the topics still missing."""
+    deadline = time.monotonic() + timeout_s
+    missing = list(names)
+    while missing:
+        meta = admin.list_topics(timeout=max(0.1, deadline - time.monotonic())).topics
+        missing = [n for n in missing if n not in meta or meta[n].error is not None
+                   or not meta[n].partitions
+                   or any(p.leader < 0 for p in meta[n].partitions.values())]
+        if missing and time.monotonic() >= deadline:
+            raise TimeoutError(f"topics created but not served after {timeout_s:.0f} s: "
+                               f"{', '.join(missing)}")
+        if missing:
+            time.sleep(0.05)
 
 
 def cluster_replication(admin: AdminClient, timeout_s: float) -> int:
