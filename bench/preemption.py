@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -44,6 +45,7 @@ from schemas.kafka_config import KafkaSettings
 from workers.api import Candidate, RankRequest
 from workers.runtime.config import load_config
 from workers.runtime.kafka_io import KafkaIO
+from workers.runtime.server import GIL_SWITCH_INTERVAL_S
 from workers.runtime.worker import Worker
 
 TARGET_P99_MS = 5.0
@@ -194,7 +196,13 @@ def run(bootstrap: str | None = None, notices: int = 200, gap_ms: float = 20.0,
         report = apply_topics(settings.confluent(), settings.prefix)
         if not report.ok:
             raise RuntimeError(f"topics disagree: {report.mismatches}")
-        raw = asyncio.run(_measure(settings, notices, warmup, gap_ms / 1000.0, load_rps))
+        # This process stands in for a worker process: the switch interval it runs with.
+        before = sys.getswitchinterval()
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+        try:
+            raw = asyncio.run(_measure(settings, notices, warmup, gap_ms / 1000.0, load_rps))
+        finally:
+            sys.setswitchinterval(before)
     worker = _summary(raw["worker"])
     reference = _summary(raw["raw"])
     return {"bench": "preemption", "notices": notices, "warmup_notices": warmup,

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -45,7 +46,7 @@ def worker(
     """Serve rankings until SIGTERM / Ctrl-C, then finish queued work and exit cleanly."""
     from workers.runtime.config import ConfigError, load_config
     from workers.runtime.models import ModelLoadError
-    from workers.runtime.server import serve
+    from workers.runtime.server import GIL_SWITCH_INTERVAL_S, serve
 
     logging.basicConfig(level=loglevel.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -73,6 +74,7 @@ def worker(
                    f"kafka {'on' if w.kafka else 'off'})")
 
     try:
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         asyncio.run(serve(settings, on_ready=ready))
     except ModelLoadError as exc:
         fail(str(exc))
