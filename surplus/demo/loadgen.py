@@ -286,7 +286,7 @@ class LoadGenerator:
     def _write_rows(self) -> None:
         """Append the rows of the requests done since the last call to requests.csv (each
         batch in arrival order). Held until the end instead, every request's row made the
-        generator grow for as long as it ran: 0.3 MiB a minute at 30 requests/s, found by
+        generator grow for as long as it ran: about 0.5 MiB a minute at 30 requests/s, found by
         ``surplus soak``."""
         if not self.rows:
             return
