@@ -9,6 +9,12 @@ level the whole window long, not one sample; a level that only wanders (fds of 2
 a steady load) averages out where a median of whole numbers would jump between them. A leak
 that is steady over the run shows at three quarters of its size.
 
+Counts of what a process opens and closes (fds, threads) are read as each window's *lowest*
+sample instead: a leaked socket or thread is never closed, so a leak raises the lowest count
+of every later window, while the connections of the moment (a burst of concurrent requests on
+a loaded machine) raise only some samples. A short run's means of 26 fds against 29 at its end
+were such a moment, not a leak.
+
 Lag and targets age hover near zero, where a ratio says nothing (0 → 2 messages is not
 "infinite growth"), so each may have a *floor*: the start is judged as at least the floor.
 100 messages of lag. Two control periods of targets age: a worker sees its targets anywhere
@@ -27,6 +33,8 @@ from dataclasses import dataclass
 RESOURCES = ("rss_mib", "fds", "threads")
 #: Messages of lag under which a ratio means nothing (see the module docstring).
 LAG_FLOOR = 100.0
+#: Counts judged by each window's lowest sample, not its mean (see the module docstring).
+BY_LOWEST = frozenset({"fds", "threads"})
 
 Series = Mapping[str, Mapping[str, Sequence[tuple[float, float]]]]
 """process -> measure -> [(seconds into the run, value)], in time order."""
@@ -84,7 +92,8 @@ def judge(series: Series, expected: Mapping[str, Sequence[str]], span: Windows,
 
 def _one(process: str, measure: str, points: Sequence[tuple[float, float]], span: Windows,
          bound: float, floor: float) -> Verdict:
-    start, end = _mean(points, *span.start), _mean(points, *span.end)
+    level = _lowest if measure in BY_LOWEST else _mean
+    start, end = level(points, *span.start), level(points, *span.end)
     samples = sum(1 for t, _ in points if t >= span.warmup_s)
     growth, why = _growth(start, end, floor, bound)
     return Verdict(process, measure, start, end, growth, samples, ok=not why, why=why,
@@ -112,6 +121,11 @@ def _growth(start: float | None, end: float | None, floor: float,
 def _mean(points: Sequence[tuple[float, float]], lo: float, hi: float) -> float | None:
     values = [v for t, v in points if lo <= t <= hi]
     return round(statistics.fmean(values), 3) if values else None
+
+
+def _lowest(points: Sequence[tuple[float, float]], lo: float, hi: float) -> float | None:
+    values = [v for t, v in points if lo <= t <= hi]
+    return min(values) if values else None
 
 
 def failures(verdicts: Sequence[Verdict]) -> list[str]:

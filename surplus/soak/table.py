@@ -31,7 +31,7 @@ def table(summary: dict[str, Any]) -> str:
         rows.append((name, *(cell(proc["measures"].get(m)) for m, _ in COLUMNS)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [f"soak: {summary['minutes']:g} min, judged from {summary['warmup_s']:.0f} s "
-             f"(means of the first and last {summary['window_s']:.0f} s after the warm-up), "
+             f"(first and last {summary['window_s']:.0f} s after the warm-up), "
              f"bound x{1 + summary['bound']:.2f}: " + ("OK" if summary["ok"] else "FAILED")]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
               for row in rows]

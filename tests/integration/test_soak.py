@@ -1,19 +1,20 @@
 """`surplus soak` for two and a half minutes on its own embedded broker (so the broker is
 measured too): every process and every measure is in the report, and nothing grew.
 
-What a short run can judge. Threads and open fds are counts a healthy process holds level
-once it serves, so they are judged with the soak's own 10% bound, as a 30-minute run judges
-them; they are what the soak caught first (the HTTP connection pools of the load generator
-and the workers grew a socket with each busier burst, for good, until workers closed a
-connection after 100 responses). RSS is judged with the same bound after a 60 s warm-up
-(means of the first and last 22 s of the 90 judged, a sample every 2 s), and that can fail
-here, but only for a fast leak: against 130 MiB (the load generator; 700 MiB for a worker)
-it takes about 12 MiB a minute (60 for a worker). The slow ones are for `make soak`: the load
-generator holding every request's row until the end (about 0.5 MiB a minute) showed there, in 15
-minutes, as a steady climb that no short run could tell from noise. The broker's JVM touches
-its heap at start (AlwaysPreTouch), so its RSS is level from the warm-up on too. Lag and
-targets age are judged from their floors (100 messages; two control periods), where a ratio
-of two near-zero values would say nothing.
+What a short run can judge. Threads and open fds are counts a healthy process holds level once
+it serves, so they are judged with the soak's own 10% bound, as a 30-minute run judges them, by
+each window's lowest count (a short run's means once read 26 fds against 29: busy moments on a
+loaded machine, not a leak); they are what the soak caught first (the HTTP connection pools of
+the load generator and the workers grew a socket with each busier burst, for good, until workers
+closed a connection after 100 responses). RSS is judged with the same bound after a 60 s warm-up
+(means of the first and last 22 s of the 90 judged, a sample every 2 s), and that can fail here,
+but only for a fast leak: against 130 MiB (the load generator; 700 MiB for a worker) it takes
+about 12 MiB a minute (60 for a worker). The slow ones are for `make soak`: the load generator
+holding every request's row until the end (about 0.5 MiB a minute) showed there, in 15 minutes,
+as a steady climb that no short run could tell from noise. The broker's JVM touches its heap at
+start (AlwaysPreTouch), so its RSS is level from the warm-up on too. Lag and targets age are
+judged from their floors (100 messages; two control periods), where a ratio of two near-zero
+values would say nothing.
 """
 
 from __future__ import annotations
