@@ -292,8 +292,10 @@ class ScopeController:
     def _demand_units(self, rma_rate: float, sbm_rate: float) -> tuple[float, float]:
         """Accelerator units each lever could use at the last measured traffic.
 
-        RMA: enough to pay for ``max_extra_candidates`` on every ranking request (at the settled
-        rate the budget cap divides by, ``RmaPolicy.settled_rate``). SBM: enough
+        RMA: enough to pay for ``max_extra_candidates`` on every ranking request at the settled
+        rate (``RmaPolicy.settled_rate``, the median of recent periods). The cap spreads the
+        budget over the last period's rate where that is lower (``RmaPolicy.cap``); demand keeps
+        the median, so a one-period dip does not shrink RMA's share of the capacity. SBM: enough
         to serve ``max_coverage`` of all requests within the headroom. Capacity past these is
         worth nothing now, so the allocator does not hand it to a lever that cannot use it.
         Demand is rounded *up* to a geometric grid (steps of 1/16 octave, about 4.4%): traffic
