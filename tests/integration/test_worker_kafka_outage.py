@@ -64,7 +64,14 @@ async def test_outage_serves_baseline_expires_targets_and_recovers(
         await asyncio.to_thread(localkafka.up, port, data_dir)
         await asyncio.to_thread(publish_targets, kafka, 2, 60_000)
         await eventually(lambda: worker.current_targets().epoch == 2, 60)
-        resp = await (await client.post(RANK_PATH, data=body(2, 2))).json()
-        assert resp["optional_scored"] == 2
+        # Optional work resumes. On a loaded machine admission may trim the first request's
+        # extras to its delay bound (the service time it measured while the CPU was busy),
+        # so a few requests are allowed before both extras are scored.
+        for attempt in range(50):
+            resp = await (await client.post(RANK_PATH, data=body(2, 2, seed=attempt))).json()
+            if resp["optional_scored"] == 2:
+                break
+            await asyncio.sleep(0.1)
+        assert resp["optional_scored"] == 2, resp
         await eventually(lambda: io.readiness()[1]["up"] is True, 30)
         assert io.readiness()[1]["outages"] == 1
