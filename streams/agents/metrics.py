@@ -50,6 +50,10 @@ class Metrics:
         self.budget = Gauge("surplus_control_rma_budget_units_per_s",
                             "RMA extra-work budget of the last target", ["scope"],
                             registry=self.registry)
+        self.spread_rate = Gauge("surplus_control_rma_spread_request_rate",
+                                 "Ranking requests/s the RMA budget was spread over in the last "
+                                 "period (the settled rate, or the last one where lower)",
+                                 ["scope"], registry=self.registry)
         self.unit_cost = Gauge("surplus_control_unit_cost_seconds",
                                "Measured replica-seconds one candidate (ranking model) or one "
                                "request (powerful model) costs", ["scope", "model", "per"],
@@ -112,6 +116,7 @@ class Metrics:
         """Controller internals after a tick: PID terms, windows, inventory."""
         for term, value in zip("pid", controller.rma_policy.pid.components, strict=True):
             self.pid.labels(scope, term).set(value)
+        self.spread_rate.labels(scope).set(controller.rma_policy.spread_rate)
         for window in controller.last_windows:
             self.p99.labels(scope, window.pool_id).set(window.p99_ms)
             self.p50.labels(scope, window.pool_id).set(window.p50_ms)

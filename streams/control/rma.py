@@ -97,6 +97,8 @@ class RmaPolicy:
         self._rates = list(state.rates[-RATE_PERIODS:])
         self._held = state.held
         self.last_p99_ms: float | None = None
+        #: Requests/s the last cap spread the budget over (see ``cap``).
+        self.spread_rate = 0.0
         #: What kept the last target from being higher (see ``LimitReason``).
         self.limited_by: LimitReason = "hold"
 
@@ -109,11 +111,11 @@ class RmaPolicy:
         burst the clients' budget buckets, not the target, keep the spending within the
         budget (the extra work is spread over fewer of the burst's requests).
         """
+        self.spread_rate = max(min(self.settled_rate(request_rate), request_rate),
+                               self.config.min_request_rate)
         if budget_units_per_s <= 0:
             return 0.0
-        per_request = budget_units_per_s / max(min(self.settled_rate(request_rate),
-                                                   request_rate),
-                                               self.config.min_request_rate)
+        per_request = budget_units_per_s / self.spread_rate
         return min(float(self.config.max_extra_candidates), per_request)
 
     def settled_rate(self, request_rate: float) -> float:
