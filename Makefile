@@ -9,16 +9,35 @@ JARS    := .kafka/libs/.fetched
 TOXIPROXY_VERSION := v2.5.0
 TOXIPROXY_BUILD   := .tools/toxiproxy-$(TOXIPROXY_VERSION)/server
 TOXIPROXY         := .tools/toxiproxy-server
+# uv resolves requirements.lock (`make lock`); installed from PyPI into .tools/.
+UV_VERSION := 0.13.8
+UV         := .tools/uv-$(UV_VERSION)/bin/uv
 
-.PHONY: test test-fast test-faults lint demo soak bench clean setup compose-check toxiproxy
+.PHONY: test test-fast test-faults lint demo soak bench clean setup compose-check toxiproxy lock \
+        test-client-install
 
 setup: $(STAMP) $(JARS)
 
-$(STAMP): pyproject.toml
+# Every extra plus the test tools, at the versions requirements.lock pins.
+$(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -c requirements.lock -e '.[test]'
 	touch $(STAMP)
+
+# Re-resolve requirements.lock after a change to pyproject's ranges; pins already in it are kept
+# (UPGRADE=--upgrade takes the newest versions the ranges allow).
+lock: $(UV)
+	$(UV) pip compile pyproject.toml --extra test --python-version 3.11 \
+	  --python-platform x86_64-unknown-linux-gnu --annotation-style line \
+	  --custom-compile-command "make lock" $(UPGRADE) -o requirements.lock
+
+$(UV):
+	$(PY) -m pip install -q --target .tools/uv-$(UV_VERSION) uv==$(UV_VERSION)
+
+# A fresh venv with only surplus[client] imports and uses the client (~20 s).
+test-client-install: $(STAMP)
+	$(BIN)/pytest -q -s tests/packaging
 
 $(JARS): infra/kafka/pom.xml $(STAMP)
 	$(BIN)/surplus kafka fetch
