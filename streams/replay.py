@@ -5,8 +5,10 @@
 event, each event handed over by the same rulebook the live agents use
 (``streams.control.dispatch``) — and ticks them on a fixed grid of event time: every multiple of
 ``period_s`` since the epoch. Events stamped at or before a tick belong to the period that tick
-closes. The fleet simulator drives its control plane through the same driver, in the same order
-it writes its log, so replaying a simulation's log reproduces the simulation's targets exactly.
+closes. Each controller runs with its scope's config (``ControlConfig.for_scope``, as live), so a
+scope with a ``[scopes.<region>]`` period of its own ticks on the multiples of that period.
+The fleet simulator drives its control plane through the same driver, in the same order it
+writes its log, so replaying a simulation's log reproduces the simulation's targets exactly.
 
 ``replay_offline`` writes, into one directory, ``targets.csv`` and ``windows.csv``
 (``streams.replay_output.ReplayOutput``) and ``summary.json``: what was read, what was rejected
@@ -55,7 +57,7 @@ class _Controllers(dict[str, ScopeController]):
         self.config = config
 
     def __missing__(self, scope: str) -> ScopeController:
-        controller = self[scope] = ScopeController(scope, self.config)
+        controller = self[scope] = ScopeController(scope, self.config.for_scope(scope))
         return controller
 
 
@@ -76,6 +78,9 @@ class ControlDriver:
                  on_recorded: RecordedHook | None = None) -> None:
         self.config = config
         self.period_ms = config.period_ms
+        self._periods = config.periods_ms()
+        self._next_by_period = dict.fromkeys(self._periods, -math.inf)
+        self._last_by_period: dict[int, float] = dict.fromkeys(self._periods, -math.inf)
         self.controllers: dict[str, ScopeController] = _Controllers(config)
         self._controller_for = self.controllers.__getitem__
         self.on_targets = on_targets
@@ -102,20 +107,36 @@ class ControlDriver:
             self._tick(int(self._next_tick))
 
     def finish(self) -> None:
-        """Close the last, partial period if events arrived after the last tick."""
+        """Close the last, partial period of every control period that saw events after its
+        last tick (one tick when every scope shares one period)."""
         if self.first_ts is None or self.last_ts is None:
             return
-        if self.last_tick_ms is None or self.last_ts > self.last_tick_ms or self._late_since:
-            self._tick(int(self._next_tick))
+        last_ts, late = self.last_ts, self._late_since
+        open_ = [self._next_by_period[p] for p in self._periods
+                 if late or last_ts > self._last_by_period[p]]
+        if open_:
+            stop = max(open_)
+            while self._next_tick <= stop:
+                self._tick(int(self._next_tick))
 
     def _tick(self, tick_ms: int) -> None:
+        """One tick of the grid: every controller whose period has a multiple here."""
         self.ticks += 1
         self.last_tick_ms = tick_ms
         self._floor = tick_ms
-        self._next_tick = tick_ms + self.period_ms
         self._late_since = False
+        due = set()
+        for period, at in self._next_by_period.items():
+            if at <= tick_ms:
+                due.add(period)
+                self._last_by_period[period] = tick_ms
+                self._next_by_period[period] = tick_ms + period
+        self._next_tick = min(self._next_by_period.values())
+        every = len(due) == len(self._periods)
         for scope in sorted(self.controllers):
             controller = self.controllers[scope]
+            if not every and controller.config.period_ms not in due:
+                continue
             targets = controller.tick(tick_ms)
             if self.on_tick is not None:
                 self.on_tick(tick_ms, controller)
@@ -124,7 +145,9 @@ class ControlDriver:
 
     def _start(self, ts: int) -> None:
         self.first_ts = ts
-        self._next_tick = (ts // self.period_ms + 1) * self.period_ms
+        for period in self._periods:
+            self._next_by_period[period] = (ts // period + 1) * period
+        self._next_tick = min(self._next_by_period.values())
 
     # -- events ------------------------------------------------------------------------------
 

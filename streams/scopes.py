@@ -38,7 +38,11 @@ class Entry:
 
 
 class ScopeRegistry:
-    """Controllers by scope, loaded lazily from the restored changelog state."""
+    """Controllers by scope, loaded lazily from the restored changelog state.
+
+    Each controller runs with its scope's config (``ControlConfig.for_scope``: the file's keys
+    with that scope's ``[scopes.<region>]`` overrides), including its own control period.
+    """
 
     def __init__(self, config: ControlConfig) -> None:
         self.config = config
@@ -60,11 +64,11 @@ class ScopeRegistry:
         stored = self.stored.get(scope)
         if stored is not None:
             try:
-                return Entry(ScopeController(scope, self.config, stored.state), partition,
-                             stored.last_tick_ms)
+                return Entry(ScopeController(scope, self.config.for_scope(scope), stored.state),
+                             partition, stored.last_tick_ms)
             except ValueError as exc:  # a record of another scope or state version
                 self.skipped[scope] = str(exc)[:300]
-        return Entry(ScopeController(scope, self.config), partition, 0)
+        return Entry(ScopeController(scope, self.config.for_scope(scope)), partition, 0)
 
     def save(self, scope: str) -> StoredScope:
         """Snapshot a scope's controller; the caller writes it to the changelog."""
@@ -107,6 +111,7 @@ class ScopeRegistry:
         self.restored_partitions -= lost
 
     def due(self, entry: Entry, now_ms: int) -> bool:
-        """A tick is due once per period; a duplicate tick after a rebalance is ignored."""
-        period_ms = int(self.config.period_s * 1000)
+        """A tick is due once per period of the scope's own config; a duplicate tick after a
+        rebalance is ignored."""
+        period_ms = entry.controller.config.period_ms
         return now_ms - entry.last_tick_ms >= period_ms * 0.8

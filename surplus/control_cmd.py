@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 if TYPE_CHECKING:
     from schemas.kafka_config import KafkaSettings
+    from streams.control.config import ControlConfig
     from streams.settings import ControlPlaneSettings
 
 from surplus.cli_common import (
@@ -42,6 +43,9 @@ def control_plane(
     signing_key_file: Annotated[Path | None, typer.Option(
         help="Sign every ControlTargets with the HMAC key in this file "
              "(or set $SURPLUS_CONTROL_SIGNING_KEY).")] = None,
+    print_config: Annotated[bool, typer.Option(
+        "--print-config", help="Print the control laws this would run with (every key, then "
+        "each [scopes.<region>] override and what it changes) as TOML, and exit.")] = False,
 ) -> None:
     """Run the control plane (Faust agents) until SIGTERM / Ctrl-C."""
     from streams.control.config import ConfigError, load_config
@@ -65,6 +69,9 @@ def control_plane(
         fail(f"bad control-plane setting {'.'.join(map(str, err['loc']))}: {err['msg']}")
     except (ConfigError, OSError) as exc:
         fail(f"bad control config {config}: {exc}")
+    if print_config:
+        typer.echo(describe_config(control), nl=False)
+        return
     preflight(kafka, timeout_s=15.0)
     _check_partitions(kafka, settings.partitions)
     settings = settings.model_copy(update={"replication_factor": _replication(kafka, settings)})
@@ -79,6 +86,40 @@ def control_plane(
     app = create_app(kafka, settings, control)
     worker = Worker(app, loglevel=loglevel, quiet=True)
     worker.execute_from_commandline()
+
+
+def describe_config(control: ControlConfig | None) -> str:
+    """The effective control config as TOML that `--config` reads back to the same laws: every
+    key (defaults included), then per scope its overrides and, as comments, what they change
+    from the keys above."""
+    import msgspec
+
+    from streams.control.config import ControlConfig
+    from surplus.demo.plan import to_toml
+
+    control = control or ControlConfig()
+    tree = msgspec.to_builtins(control)
+    scopes = tree.pop("scopes")
+    text = to_toml(tree)
+    base = _flat(tree)
+    for scope in sorted(scopes):
+        changed = _flat(msgspec.to_builtins(control.for_scope(scope)))
+        notes = [f"# {scope}: {key} = {base.get(key)!r} -> {value!r}"
+                 for key, value in sorted(changed.items())
+                 if key != "scopes" and base.get(key) != value]
+        text += "\n" + "\n".join(notes or [f"# {scope}: changes nothing"]) + "\n"
+        text += to_toml(scopes[scope], f"scopes.{scope}")
+    return text
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _replication(kafka: KafkaSettings, settings: ControlPlaneSettings) -> int:

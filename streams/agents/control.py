@@ -81,7 +81,10 @@ class ControlPlane:
                        for logical in INPUTS}
         self.agents["ticks"] = app.agent(self.ticks, name="surplus-control-ticks")(
             self._ticks_agent)
-        app.timer(interval=config.period_s / 2, name="surplus-control-tick-timer")(
+        # Half the shortest period in use: a scope with a longer `[scopes.<region>]` period
+        # skips the ticks it is not due for (`ScopeRegistry.due`).
+        self.tick_interval_ms = config.periods_ms()[0] / 2
+        app.timer(interval=self.tick_interval_ms / 1000, name="surplus-control-tick-timer")(
             self._send_ticks)
         app.on_partitions_revoked.connect(self._on_revoked)  # type: ignore[arg-type]
         app.on_partitions_assigned.connect(self._on_assigned)  # type: ignore[arg-type]
@@ -134,7 +137,7 @@ class ControlPlane:
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 self.metrics.ticks_skipped.labels("undecodable").inc()
                 continue
-            if wall_ms() - tick.ts_ms > self.config.period_ms:
+            if wall_ms() - tick.ts_ms > 2 * self.tick_interval_ms:
                 # Sent before a broker outage or a restart and delivered only now: acting on it
                 # would publish targets already past due (a burst of stale epochs after every
                 # outage). The next fresh tick, half a period away, does the work.

@@ -3,12 +3,20 @@
 One ``ControlConfig`` drives the live agents, the offline replayer and the simulator, so a run
 is reproducible from its config file plus its event log. Every field has a default that works
 on the local demo; a bad key anywhere (file or override) raises ``ConfigError`` naming it.
+
+Regions differ (an SLA agreed per market, a smaller pool that wants gentler gains), so a file
+may override any key for one scope in a ``[scopes.<region>]`` table. ``ControlConfig.for_scope``
+is the one place that turns the file into the config a scope's controller runs with; the live
+agents, offline replay and the simulator all build their controllers through it. Overrides are
+resolved when the config is built, so a bad one stops the process at start naming
+``scopes.<region>.<key>``.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -167,6 +175,14 @@ class ControlConfig(_Config, frozen=True, kw_only=True):
     sbm: SbmConfig = msgspec.field(default_factory=SbmConfig)
     allocator: AllocatorConfig = msgspec.field(default_factory=AllocatorConfig)
     cost: CostConfig = msgspec.field(default_factory=CostConfig)
+    scopes: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+    """Per-scope overrides: ``{"eu1": {"period_s": 5.0, "rma": {"sla_p99_ms": 80.0}}}`` (a
+    ``[scopes.eu1]`` table in TOML). Any key above but ``scopes`` itself; a scope not named
+    runs with the keys above. Read them through ``for_scope``, never directly."""
+
+    def __post_init__(self) -> None:
+        for scope in self.scopes:
+            _resolve(self, scope)  # raises naming scopes.<scope>.<key>: a bad one stops start
 
     @property
     def ttl_ms(self) -> int:
@@ -176,8 +192,62 @@ class ControlConfig(_Config, frozen=True, kw_only=True):
     def period_ms(self) -> int:
         return round(self.period_s * 1000)
 
+    def for_scope(self, scope: str) -> ControlConfig:
+        """The config the controller of ``scope`` runs with: these keys, with that scope's
+        ``[scopes.<scope>]`` overrides applied (and no ``scopes`` table of its own)."""
+        if scope not in self.scopes:
+            return self if not self.scopes else msgspec.structs.replace(self, scopes={})
+        return _resolve(self, scope)
+
+    def periods_ms(self) -> tuple[int, ...]:
+        """Every control period in use, shortest first (the base one and each scope's): the
+        live tick timer runs at half the shortest, offline replay ticks on their union."""
+        return tuple(sorted({self.period_ms} | {self.for_scope(s).period_ms
+                                                for s in self.scopes}))
+
+
+_SCOPE_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _resolve(config: ControlConfig, scope: str) -> ControlConfig:
+    """``config`` with ``scope``'s overrides merged in; ValueError names the offending key."""
+    where = f"scopes.{scope}"
+    if not _SCOPE_NAME.fullmatch(scope):
+        raise ValueError(f"scopes: scope name {scope!r} must be letters, digits, '_' or '-' "
+                         f"(a bare TOML key, as regions are named)")
+    override = config.scopes[scope]
+    if not isinstance(override, dict):
+        raise ValueError(f"{where}: expected a table of control keys, got {override!r}")
+    tree = copy.deepcopy(msgspec.to_builtins(msgspec.structs.replace(config, scopes={})))
+    del tree["scopes"]
+    _merge(tree, override, where)
+    try:
+        return msgspec.convert(tree, ControlConfig, strict=True)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc).replace("`$.", f"`{where}.").replace("`$`", f"`{where}`")
+                         ) from None
+
+
+def _merge(tree: dict[str, Any], override: Mapping[str, Any], where: str) -> None:
+    """Replace the keys ``override`` names in ``tree``: tables merge key by key, any other
+    value replaces the default whole. An unknown key is refused with the keys known there."""
+    for key, value in override.items():
+        at = f"{where}.{key}"
+        if key not in tree:
+            known = ", ".join(sorted(tree))
+            raise ValueError(f"unknown config key {at!r} (known here: {known})")
+        if isinstance(tree[key], dict):
+            if not isinstance(value, dict):
+                raise ValueError(f"{at}: expected a table, got {value!r}")
+            _merge(tree[key], value, at)
+        else:
+            tree[key] = value
+
 
 def _convert(obj: Any, strict: bool, where: str) -> ControlConfig:
+    if isinstance(obj, dict) and "scopes" in obj and not isinstance(obj["scopes"], dict):
+        raise ConfigError(f"{where}: scopes: expected [scopes.<region>] tables, "
+                          f"got {obj['scopes']!r}")
     try:
         return msgspec.convert(obj, ControlConfig, strict=strict)
     except msgspec.ValidationError as exc:
@@ -216,3 +286,4 @@ def with_overrides(config: ControlConfig, overrides: Mapping[str, Any]) -> Contr
             value = [item.strip() for item in value.split(",") if item.strip()]
         node[parts[-1]] = value
     return _convert(tree, strict=False, where=f"overrides {sorted(overrides)}")
+

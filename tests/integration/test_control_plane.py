@@ -33,11 +33,14 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 PERIOD_S = 1.0
 SCOPES = ("eu1", "us2")  # hash to different partitions of 2 (murmur2)
+US2_TTL_S = 4.0
 
 
 def _config(tmp_path: Path) -> Path:
     path = tmp_path / "control.toml"
-    path.write_text(f"period_s = {PERIOD_S}\nttl_s = 5.0\n")
+    # us2 runs with a TTL of its own: a region's [scopes.<region>] overrides reach its
+    # controller in the live process (the first test checks the targets carry it).
+    path.write_text(f"period_s = {PERIOD_S}\nttl_s = 5.0\n[scopes.us2]\nttl_s = {US2_TTL_S}\n")
     return path
 
 
@@ -126,6 +129,8 @@ def test_targets_every_period_with_growing_epoch_fast_path_and_dead_letters(
             assert len(targets) >= 3, f"{scope}: {targets}"
             assert epochs == sorted(set(epochs)), f"{scope} epochs not strictly growing {epochs}"
             assert max(t.rma.budget_units_per_s for t in targets) > 0, targets
+        assert {t.ttl_ms for t in _targets(reader, "eu1")} == {5_000}
+        assert {t.ttl_ms for t in _targets(reader, "us2")} == {round(US2_TTL_S * 1000)}
 
         sent_at = time.time()
         publish(kafka, "preemption", [("eu1", PreemptionNotice(

@@ -123,3 +123,26 @@ def test_compare_writes_both_runs_side_by_side_with_plots(tmp_path: Path) -> Non
     pngs = sorted(p.name for p in (tmp_path / "cmp").glob("*.png"))
     assert pngs and all(name in page for name in pngs)
     assert all((tmp_path / "cmp" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in pngs)
+
+
+def test_a_scope_with_its_own_period_and_ttl_ticks_on_its_own_grid() -> None:
+    """``[scopes.us1] period_s = 5`` ticks us1 twice per eu1 tick, each with its own TTL;
+    replay builds each controller through ``ControlConfig.for_scope`` as the live agents do."""
+    config = ControlConfig(period_s=10.0, min_samples=1,
+                           scopes={"us1": {"period_s": 5.0, "ttl_s": 7.0}})
+    ticks: list[tuple[str, int, int]] = []
+    driver = ControlDriver(config, on_targets=lambda t, c: ticks.append(
+        (t.scope, t.issued_at_ms, t.ttl_ms)))
+    start = T0 - T0 % 10_000
+    for s in range(1, 21):
+        now = start + s * 1000
+        for scope in (REGION, "us1"):
+            pool = RANK_BASE_POOL.replace(REGION, scope)
+            driver.feed(make_event(now, "telemetry", scope,
+                                   report(pool, start_ms=now - 1000, end_ms=now)))
+    driver.finish()
+    eu1 = [(at - start, ttl) for scope, at, ttl in ticks if scope == REGION]
+    us1 = [(at - start, ttl) for scope, at, ttl in ticks if scope == "us1"]
+    assert eu1 == [(10_000, 30_000), (20_000, 30_000)]
+    assert us1 == [(5_000, 7_000), (10_000, 7_000), (15_000, 7_000), (20_000, 7_000)]
+    assert driver.controllers["us1"].config.period_s == 5.0

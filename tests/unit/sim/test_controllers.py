@@ -71,3 +71,9 @@ def test_pid_is_an_alias_and_unknown_names_list_the_known_ones() -> None:
                       naive=NaiveConfig()).name == "surplus"
     with pytest.raises(ValueError, match="surplus, static, greedy, naive, off"):
         make_plane("clever", CONFIG, [REGION], static=StaticConfig(), naive=NaiveConfig())
+
+
+def test_the_surplus_plane_runs_each_region_with_its_scope_overrides() -> None:
+    config = ControlConfig(period_s=10.0, min_samples=10, scopes={REGION: {"ttl_s": 7.0}})
+    targets = _feed_reports(SurplusPlane(config), p99_ms=20.0, utilisation=0.1)
+    assert targets and {t.ttl_ms for t in targets} == {7_000}
