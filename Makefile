@@ -12,9 +12,12 @@ TOXIPROXY         := .tools/toxiproxy-server
 # uv resolves requirements.lock (`make lock`); installed from PyPI into .tools/.
 UV_VERSION := 0.13.8
 UV         := .tools/uv-$(UV_VERSION)/bin/uv
+# promtool lints /metrics and tests the alert rules; `make promtool` installs Debian's prometheus
+# package where none is on the PATH (as root, like CI).
+PROMTOOL ?= promtool
 
 .PHONY: test test-fast test-faults lint demo soak bench clean setup compose-check toxiproxy lock \
-        test-client-install
+        test-client-install promtool test-alerts
 
 setup: $(STAMP) $(JARS)
 
@@ -52,8 +55,19 @@ $(TOXIPROXY): $(TOXIPROXY_BUILD)
 $(TOXIPROXY_BUILD):
 	GOBIN=$(abspath $(dir $@)) go install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
 
+promtool:
+	@command -v $(PROMTOOL) >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
+	  >/dev/null; }
+	@$(PROMTOOL) --version | head -1
+
+# prometheus.yml and the rules it loads are valid, and each alert's unit tests pass (< 1 s).
+test-alerts: promtool
+	$(PROMTOOL) check config infra/prometheus/prometheus.yml
+	$(PROMTOOL) test rules infra/prometheus/tests/*.test.yml
+
 # The fault suite runs in a session of its own (a fresh broker, its figures printed last).
-test: setup $(TOXIPROXY)
+test: setup $(TOXIPROXY) promtool
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q -m "not faults"

@@ -9,6 +9,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from schemas.build import register_standard_collectors
 from schemas.contract import LIMIT_REASONS, ControlTargets
 from streams.control.controller import ScopeController
 
@@ -47,8 +48,8 @@ class Metrics:
         self.limited_targets = Counter("surplus_control_limited_targets_total",
                                        "Targets published, by lever and what limited it",
                                        ["scope", "lever", "reason"], registry=self.registry)
-        self.budget = Gauge("surplus_control_rma_budget_units_per_s",
-                            "RMA extra-work budget of the last target", ["scope"],
+        self.budget = Gauge("surplus_control_rma_budget_units_per_second",
+                            "RMA extra-work budget of the last target (units/s)", ["scope"],
                             registry=self.registry)
         self.spread_rate = Gauge("surplus_control_rma_spread_request_rate",
                                  "Ranking requests/s the RMA budget was spread over in the last "
@@ -71,10 +72,12 @@ class Metrics:
         self.pid = Gauge("surplus_control_rma_pid_component",
                          "RMA PID terms of the last period (p, i, d)", ["scope", "term"],
                          registry=self.registry)
-        self.p99 = Gauge("surplus_control_window_p99_ms", "p99 latency of the last closed window",
-                         ["scope", "pool"], registry=self.registry)
-        self.p50 = Gauge("surplus_control_window_p50_ms", "p50 latency of the last closed window",
-                         ["scope", "pool"], registry=self.registry)
+        self.p99 = Gauge("surplus_control_window_p99_seconds",
+                         "p99 latency of the last closed window", ["scope", "pool"],
+                         registry=self.registry)
+        self.p50 = Gauge("surplus_control_window_p50_seconds",
+                         "p50 latency of the last closed window", ["scope", "pool"],
+                         registry=self.registry)
         self.window_rps = Gauge("surplus_control_window_request_rate",
                                 "Requests/s in the last closed window", ["scope", "pool"],
                                 registry=self.registry)
@@ -84,6 +87,7 @@ class Metrics:
         self.lag = Gauge("surplus_control_consumer_lag",
                          "Messages behind the end of each input partition",
                          ["topic", "partition"], registry=self.registry)
+        register_standard_collectors(self.registry)
 
     def observe_targets(self, targets: ControlTargets) -> None:
         """A published target: its values, and per lever what keeps it from going higher."""
@@ -118,8 +122,8 @@ class Metrics:
             self.pid.labels(scope, term).set(value)
         self.spread_rate.labels(scope).set(controller.rma_policy.spread_rate)
         for window in controller.last_windows:
-            self.p99.labels(scope, window.pool_id).set(window.p99_ms)
-            self.p50.labels(scope, window.pool_id).set(window.p50_ms)
+            self.p99.labels(scope, window.pool_id).set(window.p99_ms / 1000.0)
+            self.p50.labels(scope, window.pool_id).set(window.p50_ms / 1000.0)
             self.window_rps.labels(scope, window.pool_id).set(window.request_rate)
         cost, cfg = controller.cost, controller.config
         if cost.evidence_s("baseline") > 0:

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from schemas.build import register_standard_collectors
 from workers.policy.admission import AdmissionState
 from workers.policy.targets import EffectiveTargets
 
@@ -58,7 +59,8 @@ class _StateCollector(Collector):
         for name, value, doc in (
                 ("extra_candidates", t.extra_candidates, "RMA extra candidates allowed now"),
                 ("coverage", t.coverage, "SBM coverage in force now"),
-                ("budget_units_per_s", t.budget_units_per_s, "Optional-work budget in force"),
+                ("budget_units_per_second", t.budget_units_per_s,
+                 "Optional-work budget in force (units/s)"),
                 ("epoch", t.epoch, "Epoch of the targets held (-1: none)"),
                 ("baseline_only", int(t.baseline_only), "1 when only baseline work is done")):
             yield GaugeMetricFamily(f"surplus_worker_targets_{name}", doc, value=float(value))
@@ -68,7 +70,7 @@ class _StateCollector(Collector):
                                 "(-1: none yet)", value=-1.0 if age is None else age / 1000.0)
         a = snap.admission
         for name, value, doc in (
-                ("queue_delay_ms", a.queue_delay_ms, "Predicted queue delay"),
+                ("queue_delay_seconds", a.queue_delay_ms / 1000.0, "Predicted queue delay"),
                 ("shedding_level", a.shedding_level, "Shedding level told to clients (0-3)"),
                 ("preempted", int(a.preempted), "1 while optional work is stopped by preemption"),
                 ("queued_baseline_units", a.baseline_units, "Baseline rows queued"),
@@ -116,3 +118,4 @@ class WorkerMetrics:
         self.reports = Counter("surplus_worker_window_reports",
                                "WindowReports published, by outcome", ["outcome"], registry=reg)
         reg.register(_StateCollector(snapshot))
+        register_standard_collectors(reg)

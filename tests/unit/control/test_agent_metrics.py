@@ -27,7 +27,7 @@ def test_each_lever_shows_one_limiting_reason_and_counts_targets_by_it() -> None
                   reason="budget") == 0.0
     assert _value(metrics, "surplus_control_limited_targets_total", scope="eu1", lever="sbm",
                   reason="sla") == 2.0
-    assert _value(metrics, "surplus_control_rma_budget_units_per_s", scope="eu1") == 400.0
+    assert _value(metrics, "surplus_control_rma_budget_units_per_second", scope="eu1") == 400.0
     assert _value(metrics, "surplus_control_extra_candidates", scope="eu1") == 8.0
 
 
