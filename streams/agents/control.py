@@ -25,13 +25,13 @@ from typing import Any
 
 import faust
 import msgspec
-from prometheus_client import start_http_server
 
 from schemas.clock import wall_ms
 from schemas.codec import ContractError, decode, decode_telemetry, encode
 from schemas.contract import ControlTargets, DeadLetter, Event
 from schemas.kafka_config import KafkaSettings
 from schemas.signing import sign
+from streams.agents import health
 from streams.agents.changelog import read_changelog
 from streams.agents.metrics import Metrics
 from streams.control.config import ControlConfig
@@ -88,9 +88,12 @@ class ControlPlane:
             self._send_ticks)
         app.on_partitions_revoked.connect(self._on_revoked)  # type: ignore[arg-type]
         app.on_partitions_assigned.connect(self._on_assigned)  # type: ignore[arg-type]
+        #: What /healthz and /readyz judge (``streams.agents.health``), served with /metrics.
+        self.health = health.HealthState(period_ms=config.periods_ms()[0],
+                                         tick_interval_ms=self.tick_interval_ms)
         if settings.metrics_port:
-            start_http_server(settings.metrics_port, addr=settings.metrics_host,
-                              registry=self.metrics.registry)
+            health.serve(settings.metrics_host, settings.metrics_port, self.metrics.registry,
+                         self.health, wall_ms)
 
     def _input_agent(self, logical: str) -> Callable[[faust.StreamT], Awaitable[None]]:
         """The agent of one input topic: decode, then the rulebook (``streams.control.dispatch``):
@@ -144,6 +147,7 @@ class ControlPlane:
                 self.metrics.ticks_skipped.labels("stale").inc()
                 continue
             await self._restored(event.message.partition)
+            self.health.on_tick(event.message.partition, wall_ms())
             for scope in self.registry.scopes_on(event.message.partition):
                 entry = self.registry.get(scope, event.message.partition)
                 if not self.registry.due(entry, tick.ts_ms):
@@ -158,6 +162,7 @@ class ControlPlane:
 
     async def _send_ticks(self) -> None:
         """Tick each partition this process owns; the owner of a scope is the only ticker."""
+        self.health.on_beat(wall_ms())
         self.metrics.observe_lag(self.app.monitor)
         name = self.ticks.get_topic_name()
         tick = msgspec.json.encode(Tick(wall_ms()))
@@ -204,6 +209,7 @@ class ControlPlane:
         fresh = [p for p in partitions if p not in self.registry.restored_partitions]
         for p in fresh:
             self._restoring[p] = asyncio.Event()
+        self.health.on_assigned(partitions, fresh)
         try:
             await self.changelog.maybe_declare()  # nobody subscribes to it, so Faust won't
             stored = await asyncio.to_thread(read_changelog, self.kafka,
@@ -214,6 +220,9 @@ class ControlPlane:
         finally:
             for p in fresh:
                 self._restoring.pop(p).set()
+            if not self._restoring:
+                self.health.on_restored()
 
     async def _on_revoked(self, app: faust.App, revoked: set[Any], **_: Any) -> None:
+        self.health.on_revoked()
         self.registry.forget(tp.partition for tp in revoked)

@@ -146,6 +146,7 @@ class Demo:
         self._start_recorder()
         self._start_control_plane()
         self._start_workers()
+        self._wait_ready("control-plane", self.ports.control, 120.0)
         self._start_load()
         self._watch()
 
@@ -264,14 +265,21 @@ class Demo:
         self.say(f"workers: starting {', '.join(now)} (torch models load and warm up in each); "
                  f"{len(managed)} opportunistic replica(s) start when their capacity is lent")
         for worker_id in now:
-            ok = wait_until(partial(self._ready, worker_id), 180.0, 0.5, stop=self._stopping)
-            self._check()
-            self._check_alive()
-            if not ok:
-                raise DemoError(f"worker {worker_id} not ready within 180s:\n"
-                                f"{self.children[worker_id].tail()}")
+            self._wait_ready(worker_id, self.ports.workers[worker_id], 180.0)
         self._check_alive()
         self.say("workers: ready")
+
+    def _wait_ready(self, name: str, port: int, timeout_s: float) -> None:
+        """Wait for a child's ``/readyz`` (a worker: model warm, Kafka read; the control plane:
+        partitions assigned, state read back, ticking); fail with its log's tail."""
+        ok = wait_until(partial(self._ready, port), timeout_s, 0.5, stop=self._stopping)
+        self._check()
+        self._check_alive()
+        if not ok:
+            raise DemoError(f"{name} not ready within {timeout_s:.0f}s:\n"
+                            f"{self.children[name].tail()}")
+        if name == "control-plane":
+            self.say("control plane: ready")
 
     def _follow_replicas(self) -> None:
         """Start and take back opportunistic replicas whose time has come (from the watch loop:
@@ -321,8 +329,8 @@ class Demo:
     def _stopping(self) -> bool:
         return self.stop.is_set() or bool(self._dead())
 
-    def _ready(self, worker_id: str) -> bool:
-        url = f"{self._url(worker_id)}/readyz"
+    def _ready(self, port: int) -> bool:
+        url = f"http://127.0.0.1:{port}/readyz"
         try:
             with urllib.request.urlopen(url, timeout=2.0) as resp:
                 return bool(resp.status == 200)

@@ -67,6 +67,7 @@ def test_short_demo_reports_clean_baseline_and_leaves_nothing_behind(
     output = (tmp_path / "demo.log").read_text(errors="replace")
     assert rc == 0, output[-3000:]
     assert "prometheus:" in output  # started it, or said why not and went on
+    assert "control plane: ready" in output  # load waited for its /readyz
 
     summary = json.loads((out / "summary.json").read_text())
     for key in SUMMARY_KEYS:

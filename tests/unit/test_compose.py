@@ -71,3 +71,16 @@ def test_every_flag_in_compose_is_one_the_cli_accepts(service: str, args: list[s
     assert helped.exit_code == 0, helped.output
     for flag in (a for a in args if a.startswith("--")):
         assert re.search(rf"{re.escape(flag)}\b", helped.output), (service, flag)
+
+
+def test_the_control_plane_is_healthy_when_ready_on_its_metrics_port_and_the_scheduler_waits(
+        ) -> None:
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    control = services["control-plane"]
+    port = re.search(r"--metrics-port (\d+)", control["command"][2])
+    assert port is not None
+    probe = " ".join(control["healthcheck"]["test"])
+    assert f"http://127.0.0.1:{port.group(1)}/readyz" in probe
+    waits = services["scheduler"]["depends_on"]
+    assert waits["control-plane"] == {"condition": "service_healthy"}
+    assert waits["topics"] == {"condition": "service_completed_successfully"}
