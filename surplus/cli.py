@@ -1,6 +1,11 @@
 """`surplus`: one console script whose subcommands wire the pieces together.
 
 Every command exits non-zero with a one-line reason on failure; nothing here holds policy.
+Every option of every command can also be set in the environment (Click's auto envvars:
+`SURPLUS_CONTROL_METRICS_PORT` for `surplus control-plane --metrics-port`,
+`SURPLUS_WORKER_PORT` for `surplus worker --port`, `SURPLUS_<COMMAND>_<OPTION>` elsewhere) or
+in a settings file (`surplus --settings FILE`, see `surplus.settings_file`); flags win over the
+environment, the environment over the file.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ from typing import Annotated
 
 import typer
 
-from surplus import localkafka
+from schemas.build import surplus_version
+from surplus import localkafka, logs, settings_file
 from surplus.bench_cmd import bench
 from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings
 from surplus.control_cmd import control_plane
@@ -25,14 +31,18 @@ from surplus.soak_cmd import soak
 from surplus.worker_cmd import worker
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  context_settings={"auto_envvar_prefix": "SURPLUS"},
                   help="Surplus: harvest spare inference capacity for optional ranking work.")
 kafka_app = typer.Typer(no_args_is_help=True,
                         help="The embedded local Kafka broker, or cluster (KRaft).")
 topics_app = typer.Typer(no_args_is_help=True, help="The topic catalog on a cluster.")
 app.add_typer(kafka_app, name="kafka")
 app.add_typer(topics_app, name="topics")
-app.command("control-plane")(control_plane)
-app.command("worker")(worker)
+# These two keep the prefixes their settings classes have always read (SURPLUS_CONTROL_*,
+# SURPLUS_WORKER_*); the other commands get SURPLUS_<COMMAND>_<OPTION>.
+app.command("control-plane",
+            context_settings={"auto_envvar_prefix": "SURPLUS_CONTROL"})(control_plane)
+app.command("worker", context_settings={"auto_envvar_prefix": "SURPLUS_WORKER"})(worker)
 app.command("record")(record)
 app.command("replay")(replay)
 app.command("scheduler")(scheduler)
@@ -43,6 +53,42 @@ app.command("simulate")(simulate)
 app.command("soak")(soak)
 
 DataDir = Annotated[Path, typer.Option("--data-dir", help="Broker state and logs.")]
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"surplus {surplus_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(ctx: typer.Context,
+         version: Annotated[bool, typer.Option(
+             "--version", callback=_print_version, is_eager=True, allow_from_autoenv=False,
+             help="Print the installed version and exit.")] = False,
+         settings: Annotated[Path | None, typer.Option(
+             "--settings", envvar="SURPLUS_SETTINGS", show_envvar=True,
+             help="TOML file with a table per command (\\[control-plane], \\[worker], "
+                  "\\[kafka.up], ...) of that command's options; flags and the environment "
+                  "win over it.")] = None,
+         log_format: Annotated[logs.LogFormat, typer.Option(
+             envvar=logs.ENV, show_envvar=True,
+             help="Log lines as text, or one JSON object per line.")] = "text") -> None:
+    """Settings file and log format, for whichever command follows."""
+    if settings is not None:
+        try:
+            ctx.default_map = settings_file.load(settings, typer.main.get_group(app))
+        except settings_file.SettingsFileError as exc:
+            fail(str(exc))
+        source = ctx.get_parameter_source("log_format")
+        if source is not None and source.name == "DEFAULT":
+            log_format = ctx.default_map.get("log_format", log_format)
+    if log_format not in logs.FORMATS:
+        fail(f"bad settings file {settings}: log_format {log_format!r}: expected one of "
+             f"{', '.join(logs.FORMATS)}")
+    logs.select(log_format)
+    if log_format == "json":    # a library's warning must not be the one plain line
+        logs.configure()
 
 
 @kafka_app.command("fetch")

@@ -9,10 +9,12 @@ from pydantic import ValidationError
 
 from schemas.kafka_config import KafkaSettings
 
-Bootstrap = Annotated[str | None, typer.Option("--bootstrap", "-b",
-                                               help="Kafka bootstrap servers (default: "
-                                                    "$SURPLUS_KAFKA_BOOTSTRAP or 127.0.0.1:9092)")]
-Prefix = Annotated[str | None, typer.Option("--prefix", help="Topic name prefix.")]
+# The Kafka flags read the variables KafkaSettings reads, whatever the command: one name each.
+Bootstrap = Annotated[str | None, typer.Option(
+    "--bootstrap", "-b", envvar="SURPLUS_KAFKA_BOOTSTRAP",
+    help="Kafka bootstrap servers (default: 127.0.0.1:9092)")]
+Prefix = Annotated[str | None, typer.Option("--prefix", envvar="SURPLUS_KAFKA_PREFIX",
+                                            help="Topic name prefix.")]
 MetricsPort = Annotated[int, typer.Option(help="Prometheus port (0 = off).")]
 MetricsHost = Annotated[str, typer.Option(
     help="Address the metrics endpoint binds (0.0.0.0 exposes it beyond this host).")]

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from streams.control.config import ControlConfig
     from streams.settings import ControlPlaneSettings
 
+from surplus import logs
 from surplus.cli_common import (
     Bootstrap,
     MetricsHost,
@@ -84,7 +85,7 @@ def control_plane(
     uvloop.install()  # Faust's per-event cost is event-loop callbacks: uvloop halves it
 
     app = create_app(kafka, settings, control)
-    worker = Worker(app, loglevel=loglevel, quiet=True)
+    worker = Worker(app, loglevel=loglevel, quiet=True, **logs.faust_options(loglevel))
     worker.execute_from_commandline()
 
 

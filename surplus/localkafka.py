@@ -156,6 +156,20 @@ class BehindProxy:
 _SAFE_CREDENTIAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._")
 
 
+def kafka_version() -> str:
+    """The Kafka release every Surplus broker runs: the pom's ``kafka.version`` (the embedded
+    broker's jars). docker-compose.yml and the test containers' image use the same tag, and a
+    test holds them to it, so no path tests against one Kafka and deploys another."""
+    import xml.etree.ElementTree as ET
+
+    pom = INFRA_DIR / "pom.xml"
+    node = ET.parse(pom).getroot().find(
+        "m:properties/m:kafka.version", {"m": "http://maven.apache.org/POM/4.0.0"})
+    if node is None or not (node.text or "").strip():
+        raise BrokerError(f"{pom} sets no kafka.version")
+    return (node.text or "").strip()
+
+
 def libs_dir() -> Path:
     return Path(os.environ.get("SURPLUS_KAFKA_LIBS", DEFAULT_LIBS))
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import socket
 import sys
@@ -12,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from surplus import logs
 from surplus.cli_common import Bootstrap, Prefix, fail, preflight
 
 
@@ -48,8 +48,7 @@ def worker(
     from workers.runtime.models import ModelLoadError
     from workers.runtime.server import GIL_SWITCH_INTERVAL_S, serve
 
-    logging.basicConfig(level=loglevel.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(loglevel)
     parts = _pool_parts(pool) if pool else {}
     overrides: dict[str, Any] = {
         **parts, **{k: v for k, v in {"region": region, "service": service, "tier": tier,

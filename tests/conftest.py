@@ -19,7 +19,7 @@ import pytest
 from schemas.kafka_config import KafkaSettings
 from surplus import localkafka
 
-KAFKA_IMAGE = "apache/kafka:4.1.0"
+KAFKA_IMAGE = f"apache/kafka:{localkafka.kafka_version()}"  # the embedded broker's release
 
 
 def _docker_answers() -> bool:
