@@ -9,6 +9,11 @@ JARS    := .kafka/libs/.fetched
 TOXIPROXY_VERSION := v2.5.0
 TOXIPROXY_BUILD   := .tools/toxiproxy-$(TOXIPROXY_VERSION)/server
 TOXIPROXY         := .tools/toxiproxy-server
+# amazon-ec2-metadata-mock, AWS's simulator of the EC2 instance metadata service (spot
+# interruptions, rebalance recommendations, IMDSv2) that the capacity agent's tests run against.
+AEMM_VERSION := v1.13.0
+AEMM_BUILD   := .tools/ec2-metadata-mock-$(AEMM_VERSION)/ec2-metadata-mock
+AEMM         := .tools/ec2-metadata-mock
 # uv resolves requirements.lock (`make lock`); installed from PyPI into .tools/.
 UV_VERSION := 0.13.8
 UV         := .tools/uv-$(UV_VERSION)/bin/uv
@@ -16,7 +21,7 @@ UV         := .tools/uv-$(UV_VERSION)/bin/uv
 # package where none is on the PATH (as root, like CI).
 PROMTOOL ?= promtool
 
-.PHONY: test test-fast test-faults lint demo soak bench clean setup compose-check toxiproxy lock \
+.PHONY: test test-fast test-faults lint demo soak bench clean setup compose-check toxiproxy ec2-metadata-mock lock \
         test-client-install promtool test-alerts
 
 setup: $(STAMP) $(JARS)
@@ -55,6 +60,15 @@ $(TOXIPROXY): $(TOXIPROXY_BUILD)
 $(TOXIPROXY_BUILD):
 	GOBIN=$(abspath $(dir $@)) go install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
 
+# Built once per version into .tools/ like toxiproxy; .tools/ec2-metadata-mock points at it.
+ec2-metadata-mock: $(AEMM)
+
+$(AEMM): $(AEMM_BUILD)
+	ln -sfn ec2-metadata-mock-$(AEMM_VERSION)/ec2-metadata-mock $@
+
+$(AEMM_BUILD):
+	GOBIN=$(abspath $(dir $@)) go install github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock@$(AEMM_VERSION)
+
 promtool:
 	@command -v $(PROMTOOL) >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
@@ -67,7 +81,7 @@ test-alerts: promtool
 	$(PROMTOOL) test rules infra/prometheus/tests/*.test.yml
 
 # The fault suite runs in a session of its own (a fresh broker, its figures printed last).
-test: setup $(TOXIPROXY) promtool
+test: setup $(TOXIPROXY) $(AEMM) promtool
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q -m "not faults"

@@ -17,9 +17,10 @@ from typing import Literal
 
 from schemas.topics import DEFAULT_PREFIX
 
-Component = Literal["control-plane", "worker", "client", "scheduler", "operator"]
+Component = Literal["control-plane", "worker", "client", "scheduler", "capacity-agent",
+                    "operator"]
 COMPONENTS: tuple[Component, ...] = ("control-plane", "worker", "client", "scheduler",
-                                     "operator")
+                                     "capacity-agent", "operator")
 DEFAULT_APP_ID = "surplus-control"
 #: Group-id prefixes of the worker's and the client's consumers (workers.runtime.kafka_io,
 #: workers.client.feed). They assign partitions by hand and commit nothing, but librdkafka still
@@ -80,6 +81,9 @@ def required_acls(component: Component, prefix: str = DEFAULT_PREFIX,
     if component == "scheduler":
         return [_topic(prefix, "capacity", WRITE, "grants and revokes"),
                 _topic(prefix, "preemption", WRITE, "PreemptionNotices")]
+    if component == "capacity-agent":
+        return [_topic(prefix, "preemption", WRITE,
+                       "its replica's PreemptionNotices (spot interruption, preStop)")]
     if component == "operator":
         return [AclRule("topic", prefix, "prefixed",
                         ("CREATE", "DESCRIBE", "DESCRIBE_CONFIGS"),

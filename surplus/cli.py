@@ -19,6 +19,7 @@ import typer
 from schemas.build import surplus_version
 from surplus import localkafka, logs, settings_file
 from surplus.bench_cmd import bench
+from surplus.capacity_cmd import capacity_agent
 from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings
 from surplus.control_cmd import control_plane
 from surplus.demo_cmd import demo
@@ -46,6 +47,7 @@ app.command("worker", context_settings={"auto_envvar_prefix": "SURPLUS_WORKER"})
 app.command("record")(record)
 app.command("replay")(replay)
 app.command("scheduler")(scheduler)
+app.command("capacity-agent")(capacity_agent)
 app.command("loadgen")(loadgen)
 app.command("demo")(demo)
 app.command("bench")(bench)

@@ -10,8 +10,6 @@ since a network fault test that does not run is one that cannot fail.
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,11 +17,9 @@ from typing import Any
 
 from surplus import localkafka
 from surplus.demo.procs import Child
+from tests.go_tools import ToolError, built, start_answering
 
-ROOT = Path(__file__).resolve().parents[2]
-BINARY = ROOT / ".tools" / "toxiproxy-server"
 START_TIMEOUT_S = 20.0
-BUILD_TIMEOUT_S = 600
 
 
 class ToxiproxyError(AssertionError):
@@ -31,21 +27,11 @@ class ToxiproxyError(AssertionError):
 
 
 def binary() -> Path:
-    """The server binary, built by `make toxiproxy` first when it is missing (a fresh clone
-    that runs one test by hand)."""
-    if BINARY.exists():
-        return BINARY
+    """The server binary, built by `make toxiproxy` first when it is missing."""
     try:
-        proc = subprocess.run(["make", "-s", "toxiproxy"], cwd=ROOT, capture_output=True,
-                              text=True, timeout=BUILD_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ToxiproxyError(f"toxiproxy-server missing at {BINARY} and `make toxiproxy` "
-                             f"could not run: {exc}") from exc
-    if proc.returncode != 0 or not BINARY.exists():
-        tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:]) or "no output"
-        raise ToxiproxyError(f"toxiproxy-server missing at {BINARY} and `make toxiproxy` "
-                             f"(Go, github.com/Shopify/toxiproxy/v2) failed: {tail}")
-    return BINARY
+        return built("toxiproxy-server", "toxiproxy", "github.com/Shopify/toxiproxy/v2")
+    except ToolError as exc:
+        raise ToxiproxyError(str(exc)) from exc
 
 
 class Toxiproxy:
@@ -63,19 +49,11 @@ class Toxiproxy:
                            program=[str(binary())])
 
     def start(self) -> Toxiproxy:
-        self.child.start()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if not self.child.alive():
-                raise ToxiproxyError(f"toxiproxy-server exited at start: {self.child.tail()}")
-            try:
-                self._call("GET", "/proxies")
-                return self
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise ToxiproxyError(f"toxiproxy-server did not answer within {START_TIMEOUT_S}s: "
-                             f"{self.child.tail()}")
+        try:
+            start_answering(self.child, lambda: self._call("GET", "/proxies"), START_TIMEOUT_S)
+        except ToolError as exc:
+            raise ToxiproxyError(str(exc)) from exc
+        return self
 
     def stop(self) -> None:
         self.child.stop(timeout_s=5.0)

@@ -44,3 +44,8 @@ def test_bindings_cover_every_operation_and_refuse_unknown_components() -> None:
     assert len(bindings) == sum(len(r.operations) for r in acls.required_acls("worker"))
     with pytest.raises(ValueError, match="unknown component"):
         acls.required_acls("intruder")  # type: ignore[arg-type]
+
+
+def test_a_capacity_agent_may_only_send_preemption_notices() -> None:
+    assert _grants("capacity-agent", "WRITE") == {"surplus.preemption"}
+    assert _grants("capacity-agent", "READ") == set()
