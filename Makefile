@@ -20,9 +20,24 @@ UV         := .tools/uv-$(UV_VERSION)/bin/uv
 # promtool lints /metrics and tests the alert rules; `make promtool` installs Debian's prometheus
 # package where none is on the PATH (as root, like CI).
 PROMTOOL ?= promtool
+# The Helm chart's checks (`make helm-check`): helm and kubeconform from the Go module proxy;
+# the schemas kubeconform reads are laid out offline in .tools/ from kubernetes-validate's
+# wheel (PyPI: Kubernetes' JSON schemas) and from the CRDs controller-gen makes of the
+# prometheus-operator API module (infra/helm/crds pins it).
+HELM_VERSION           := v3.22.0
+HELM                   := .tools/helm-$(HELM_VERSION)/helm
+KUBECONFORM_VERSION    := v0.8.0
+KUBECONFORM            := .tools/kubeconform-$(KUBECONFORM_VERSION)/kubeconform
+CONTROLLER_GEN_VERSION := v0.23.0
+CONTROLLER_GEN         := .tools/controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen
+K8S_SCHEMAS_VERSION    := 1.37.0
+K8S_SCHEMAS            := .tools/kubeconform-schemas-$(K8S_SCHEMAS_VERSION)
+# The oldest Kubernetes the chart allows (Chart.yaml kubeVersion) and the newest with schemas.
+HELM_KUBE_VERSIONS     := 1.29.0 1.37.0
+CHART                  := infra/helm/surplus
 
 .PHONY: test test-fast test-faults lint demo soak bench clean setup compose-check toxiproxy ec2-metadata-mock lock \
-        test-client-install promtool test-alerts
+        test-client-install promtool test-alerts helm-check
 
 setup: $(STAMP) $(JARS)
 
@@ -80,11 +95,49 @@ test-alerts: promtool
 	$(PROMTOOL) check config infra/prometheus/prometheus.yml
 	$(PROMTOOL) test rules infra/prometheus/tests/*.test.yml
 
+$(HELM):
+	GOBIN=$(abspath $(dir $@)) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+$(KUBECONFORM):
+	GOBIN=$(abspath $(dir $@)) go install github.com/yannh/kubeconform/cmd/kubeconform@$(KUBECONFORM_VERSION)
+
+$(CONTROLLER_GEN):
+	GOBIN=$(abspath $(dir $@)) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+
+$(K8S_SCHEMAS)/.built: $(CONTROLLER_GEN) $(STAMP) infra/helm/kubeconform_schemas.py infra/helm/crds/go.mod
+	rm -rf $(K8S_SCHEMAS) && mkdir -p $(K8S_SCHEMAS)
+	$(BIN)/pip download -q --no-deps kubernetes-validate==$(K8S_SCHEMAS_VERSION) -d $(K8S_SCHEMAS)
+	cd infra/helm/crds && $(abspath $(CONTROLLER_GEN)) crd:crdVersions=v1,maxDescLen=0 \
+	  paths=github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1 \
+	  output:crd:dir=$(abspath $(K8S_SCHEMAS))/crd-yaml
+	$(BIN)/python infra/helm/kubeconform_schemas.py --wheel $(K8S_SCHEMAS)/kubernetes_validate-*.whl \
+	  --versions $(HELM_KUBE_VERSIONS) --crds $(K8S_SCHEMAS)/crd-yaml --out $(K8S_SCHEMAS)
+	touch $@
+
+# The chart with its defaults and with every option on (ci/*-values.yaml): helm lint, then what
+# helm template renders for each Kubernetes version through kubeconform -strict, then
+# tests/helm (what Surplus makes of the rendered settings). Cold: ~5 min of Go builds, once.
+helm-check: $(HELM) $(KUBECONFORM) $(K8S_SCHEMAS)/.built
+	@mkdir -p out/helm
+	@for values in "" $(CHART)/ci/*-values.yaml; do \
+	  echo "helm lint --strict $(CHART) $${values:+--values $$values}"; \
+	  $(HELM) lint --strict $(CHART) $${values:+--values $$values} 2>out/helm/lint.err \
+	    || { cat out/helm/lint.err; exit 1; }; done
+	@for version in $(HELM_KUBE_VERSIONS); do for values in "" $(CHART)/ci/*-values.yaml; do \
+	  echo "helm template $(CHART) --kube-version $$version $${values:+--values $$values} | kubeconform -strict"; \
+	  $(HELM) template surplus $(CHART) --kube-version $$version $${values:+--values $$values} \
+	    >out/helm/rendered.yaml 2>out/helm/template.err || { cat out/helm/template.err; exit 1; }; \
+	  $(KUBECONFORM) -strict -summary -kubernetes-version $$version \
+	    -schema-location '$(K8S_SCHEMAS)/{{ .NormalizedKubernetesVersion }}-local{{ .StrictSuffix }}/{{ .ResourceKind }}{{ .KindSuffix }}.json' \
+	    -schema-location '$(K8S_SCHEMAS)/crds/{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json' \
+	    out/helm/rendered.yaml || exit 1; done; done
+	HELM=$(abspath $(HELM)) $(BIN)/pytest -q -m helm tests/helm
+
 # The fault suite runs in a session of its own (a fresh broker, its figures printed last).
 test: setup $(TOXIPROXY) $(AEMM) promtool
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q -m "not faults"
+	$(BIN)/pytest -q -m "not faults and not helm"
 	$(BIN)/pytest -q -m faults
 
 test-faults: setup $(TOXIPROXY)
@@ -92,7 +145,7 @@ test-faults: setup $(TOXIPROXY)
 
 # No broker, no Kafka jars, no full-length goldens: the loop to run while editing (~1 min).
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -m "not kafka and not slow and not faults" --durations=5
+	$(BIN)/pytest -q -m "not kafka and not slow and not faults and not helm" --durations=5
 
 lint: setup
 	$(BIN)/ruff check .

@@ -1,0 +1,113 @@
+{{/* Names, labels and the pieces every Surplus pod shares (image, Kafka, signing key). */}}
+
+{{- define "surplus.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "surplus.fullname" -}}
+{{- if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "surplus.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "surplus.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: surplus
+{{- end }}
+
+{{/* Selector labels of one component: pass (dict "root" $ "component" "control-plane"). */}}
+{{- define "surplus.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "surplus.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "surplus.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{- define "surplus.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "surplus.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* SURPLUS_KAFKA_* from the chart's ConfigMap, credentials from the referenced Secret. */}}
+{{- define "surplus.kafkaEnvFrom" -}}
+- configMapRef:
+    name: {{ include "surplus.fullname" . }}-kafka
+{{- with .Values.kafka.credentialsSecret }}
+- secretRef:
+    name: {{ . }}
+{{- end }}
+{{- end }}
+
+{{- define "surplus.commonEnv" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: SURPLUS_LOG_FORMAT
+  value: {{ .Values.logFormat | quote }}
+- name: HOME
+  value: /tmp
+{{- end }}
+
+{{- define "surplus.commonVolumes" -}}
+- name: tmp
+  emptyDir: {}
+{{- with .Values.kafka.tls.secret }}
+- name: kafka-tls
+  secret:
+    secretName: {{ . }}
+{{- end }}
+{{- with .Values.signingKey.secret }}
+- name: signing-key
+  secret:
+    secretName: {{ . }}
+    items:
+      - key: {{ $.Values.signingKey.key }}
+        path: key
+{{- end }}
+{{- end }}
+
+{{- define "surplus.commonVolumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+{{- if .Values.kafka.tls.secret }}
+- name: kafka-tls
+  mountPath: /etc/surplus/kafka-tls
+  readOnly: true
+{{- end }}
+{{- if .Values.signingKey.secret }}
+- name: signing-key
+  mountPath: /etc/surplus/signing
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* SURPLUS_KAFKA_* as a YAML map: the ConfigMap's data, and the topics hook's env (a
+pre-install hook runs before the release's ConfigMaps exist). */}}
+{{- define "surplus.kafkaSettings" -}}
+SURPLUS_KAFKA_BOOTSTRAP: {{ required "kafka.bootstrap is required" .Values.kafka.bootstrap | quote }}
+SURPLUS_KAFKA_PREFIX: {{ .Values.kafka.prefix | quote }}
+SURPLUS_KAFKA_SECURITY_PROTOCOL: {{ .Values.kafka.securityProtocol | quote }}
+{{- with .Values.kafka.saslMechanism }}
+SURPLUS_KAFKA_SASL_MECHANISM: {{ . | quote }}
+{{- end }}
+{{- if .Values.kafka.tls.secret }}
+SURPLUS_KAFKA_SSL_CAFILE: /etc/surplus/kafka-tls/ca.crt
+{{- if .Values.kafka.tls.mutual }}
+SURPLUS_KAFKA_SSL_CERTFILE: /etc/surplus/kafka-tls/tls.crt
+SURPLUS_KAFKA_SSL_KEYFILE: /etc/surplus/kafka-tls/tls.key
+{{- end }}
+{{- end }}
+{{- end }}
