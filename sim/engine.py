@@ -330,6 +330,7 @@ class Simulation:
         """The powerful pool did not serve it: baseline replicas do (only baseline work)."""
         req.fell_back = True
         req.model = "baseline"
+        req.opt_units = 0
         assert self.metrics is not None
         self.metrics.regions[state.config.name].fallbacks += 1
         if isinstance(state.client, SurplusClient):
@@ -385,8 +386,8 @@ class Simulation:
         e2e = req.finished_ms - req.arrival_ms
         worker.answered(req)
         if req.powerful_done:
-            units = req.base + req.extra
-            rma = rc.rma_value(req.extra)
+            units = req.base + req.opt_units  # the extras the powerful replica kept
+            rma = rc.rma_value(req.opt_units)
             self.metrics.powerful_done(rc.name, e2e, units, seg.gain, rma)
             model: Model = "powerful"
         else:

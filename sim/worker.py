@@ -77,6 +77,7 @@ class Request:
     """When it reached the ranking worker that serves it (after any fallback)."""
     base_latency: float | None = None
     opt_units: int = 0
+    """Extra candidates admitted (ranking replica) or kept with the request (powerful one)."""
     opt_pending: bool = False
     opt_latency: float = 0.0
     opt_done: bool = False
@@ -252,18 +253,20 @@ class SimWorker:
         """The powerful model: the whole request is optional work; False when refused."""
         self.advance(now)
         req.worker = self
-        units = req.base + req.extra
+        sent = req.base + req.extra
         refusal = self.policy.whole_refusal(self.policy.current(now))
         if refusal is not None:
-            self.admission.count_shed(refusal, units)
-            self.record(0.0, False, units, 0)  # as the live worker answers its 503
+            self.admission.count_shed(refusal, sent)
+            self.record(0.0, False, sent, 0)  # as the live worker answers its 503
             return False
-        admitted = self.admission.admit_optional((req, WHOLE), req.value,
-                                                 int(now + deadline_ms), now, units=units)
+        due = int(now + deadline_ms)
+        req.opt_units = self.admission.fit_whole(req.base, req.extra, due, now)
+        admitted = self.admission.admit_optional((req, WHOLE), req.value, due, now,
+                                                 units=req.base + req.opt_units)
         if admitted:
             self.advance(now)
         else:
-            self.record(0.0, False, units, 0)
+            self.record(0.0, False, sent, 0)
         return admitted
 
     def _shed(self, item: tuple[Request, int], reason: str) -> None:
@@ -329,8 +332,7 @@ class SimWorker:
         """A request this replica answered, recorded as the live worker records its response:
         the rows the client sent, and the optional units done."""
         if req.powerful_done:
-            units = req.base + req.extra
-            self.record(req.opt_latency, False, units, units)
+            self.record(req.opt_latency, False, req.base + req.extra, req.base + req.opt_units)
         else:
             done = req.opt_units if req.opt_done else 0
             sent = req.base + (0 if req.fell_back else req.extra)

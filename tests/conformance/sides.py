@@ -151,7 +151,7 @@ class SimSide:
         before = dict(self.worker.admission.shed_units)
         if self.pool.model == "powerful":
             served = self.worker.submit_whole(req, now, DEADLINE_MS)
-            done = step.base + step.extra if served and req.powerful_done else 0
+            done = req.base + req.opt_units if served and req.powerful_done else 0
         else:
             self.worker.submit_ranking(req, now, DEADLINE_MS)
             done = req.opt_units if req.opt_done else 0

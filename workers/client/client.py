@@ -167,9 +167,13 @@ class RankingClient:
         fell_back = None
         response: RankResponse | None = None
         if decision.model == "powerful":
-            budget_s = deadline * self.config.powerful_deadline_share / 1000.0
+            # The powerful replica is told the share of the deadline this call may use, so it
+            # trims or refuses what it could not finish before the client gives up on it.
+            budget_ms = deadline * self.config.powerful_deadline_share
             try:
-                response = await self._call("powerful", request, budget_s)
+                response = await self._call(
+                    "powerful", msgspec.structs.replace(request, deadline_ms=budget_ms),
+                    budget_ms / 1000.0)
             except _CallFailed as failed:
                 fell_back = failed.reason
                 self.decider.bump("fallback", failed.reason)

@@ -41,7 +41,8 @@ class Decider:
         #: (RMA extras on the ranking pool, SBM coverage on the powerful one), so a full
         #: powerful pool does not stop extras the ranking replicas have room for.
         self.shedders: dict[Model, ClientShedder] = {
-            "baseline": ClientShedder(config.shed), "powerful": ClientShedder(config.shed)}
+            "baseline": ClientShedder(config.shed),
+            "powerful": ClientShedder(config.shed, judge_queue_delay=False)}
         self.budget = BudgetBucket(0.0, 0.0)
         self.counters: Counters = {}
         self._sbm = bool(config.powerful_urls)

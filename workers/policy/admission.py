@@ -348,9 +348,7 @@ class Admission(Generic[T]):
         self.admitted_units["optional"] += units
         self.load.add(units, optional=True)
         if self.whole_requests:
-            horizon = float(deadline_ms - now_ms)
-            self._horizon_ms = horizon if not self._horizon_ms else (
-                self._horizon_ms + HORIZON_ALPHA * (horizon - self._horizon_ms))
+            self._horizon_ms = self._next_horizon(deadline_ms, now_ms)
         self._enforce_delay_bound(now_ms, newcomer=entry)
         if not entry.live:
             self.last_refusal = REASON_OVERLOAD
@@ -448,10 +446,19 @@ class Admission(Generic[T]):
     @property
     def delay_bound_ms(self) -> float:
         """Predicted wait above which optional work is shed (see the module docstring)."""
-        bound = self.config.max_queue_delay_ms
         if not self.whole_requests:
-            return bound
-        return max(bound, self._horizon_ms - self.batch_wait_ms)
+            return self.config.max_queue_delay_ms
+        return self._whole_bound(self._horizon_ms)
+
+    def _whole_bound(self, horizon_ms: float) -> float:
+        return max(self.config.max_queue_delay_ms, horizon_ms - self.batch_wait_ms)
+
+    def _next_horizon(self, deadline_ms: int, now_ms: int) -> float:
+        """The deadline horizon once a whole request due at ``deadline_ms`` is admitted."""
+        horizon = float(deadline_ms - now_ms)
+        if not self._horizon_ms:
+            return horizon
+        return self._horizon_ms + HORIZON_ALPHA * (horizon - self._horizon_ms)
 
     def predicted_delay_ms(self) -> float:
         """How long work admitted now would wait behind everything queued and in flight."""
@@ -480,6 +487,29 @@ class Admission(Generic[T]):
         if fits < units:
             self.count_shed("overload", units - fits)
         return fits
+
+    def fit_whole(self, base: int, extra: int, deadline_ms: int, now_ms: int) -> int:
+        """How many of a whole request's ``extra`` candidates to serve with its ``base`` ones:
+        those that keep the queue's predicted wait, this request included, within the bound
+        the request will be judged by once admitted. Trimming its extras keeps the request,
+        and the better model's gain, where refusing it whole for carrying more than fits would
+        send it back to the baseline pool with nothing. The rest are counted as shed for
+        ``overload``. A request whose base alone does not fit is left to admission."""
+        if extra <= 0:
+            return 0
+        bound = (self._whole_bound(self._next_horizon(deadline_ms, now_ms))
+                 if self.whole_requests else self.config.max_queue_delay_ms)
+        ahead = self._baseline_units + self._optional_units + self.in_flight_units + base
+        low, high = 0, extra
+        while low < high:  # the most extras whose drain time stays within the bound
+            mid = (low + high + 1) // 2
+            if self.service.drain_ms(ahead + mid, self.batch_units) <= bound:
+                low = mid
+            else:
+                high = mid - 1
+        if low < extra:
+            self.count_shed(REASON_OVERLOAD, extra - low)
+        return low
 
     def queue_delay_ms(self, now_ms: int) -> float:
         """The larger of the predicted wait and the age of the oldest queued baseline work."""

@@ -66,10 +66,18 @@ class ShedConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
 
 
 class ClientShedder:
-    """AIMD allowance on optional work, fed by the server state each response carries."""
+    """AIMD allowance on optional work, fed by the server state each response carries.
 
-    def __init__(self, config: ShedConfig) -> None:
+    ``judge_queue_delay=False`` leaves a replica's queue delay to its shedding level: a replica
+    that serves whole requests (the powerful pool) queues them up to the deadline they carry,
+    far past a ranking queue's bound, and its shedding level already says how near that bound
+    it is. Judged against the ranking bound, its normal queue would cut the allowance again
+    and again.
+    """
+
+    def __init__(self, config: ShedConfig, *, judge_queue_delay: bool = True) -> None:
         self.config = config
+        self.judge_queue_delay = judge_queue_delay
         self.counters: dict[str, int] = {}
         self._allowance = 1.0
         self._since_ms: int | None = None
@@ -90,7 +98,7 @@ class ClientShedder:
         if state.shedding_level > 0:
             level = min(state.shedding_level, 3)
             self._cut(cfg.level_factors[level - 1], f"shedding_level_{level}", now_ms)
-        if state.queue_delay_ms > cfg.queue_delay_bound_ms:
+        if self.judge_queue_delay and state.queue_delay_ms > cfg.queue_delay_bound_ms:
             self._cut(cfg.overload_factor, "queue_delay", now_ms)
         if cfg.max_in_flight and state.in_flight > cfg.max_in_flight:
             self._cut(cfg.overload_factor, "in_flight", now_ms)

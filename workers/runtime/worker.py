@@ -169,7 +169,8 @@ class Worker:
 
     async def _serve_whole(self, req: RankRequest, dense: np.ndarray, sparse: np.ndarray,
                            effective: EffectiveTargets, started: float) -> RankResponse:
-        """SBM: the request is one unit of optional work, done whole or not at all.
+        """SBM: the request is one unit of optional work, its base candidates done or not at
+        all; its extra candidates are trimmed to what fits its deadline.
 
         Not doing it raises :class:`OptionalShed` (HTTP 503), never a 200 without the baseline
         candidates' scores, so the client always falls back to the baseline pool.
@@ -180,6 +181,10 @@ class Worker:
             self.batcher.count_shed(reason, n)
             self.window.record(0.0, False, n, 0)
             raise OptionalShed(reason)
+        base_n = min(req.base_count, n)
+        kept = base_n + self.batcher.fit_whole(base_n, n - base_n, req.deadline_ms)
+        if kept < n:
+            sparse = sparse[:kept]
         try:
             scores = await self.batcher.submit_optional(dense, sparse, req.value, req.deadline_ms)
         except Shed as shed:
@@ -193,12 +198,12 @@ class Worker:
             raise ModelFailure(str(exc)) from None
         elapsed = time.perf_counter() - started
         self.metrics.latency.labels("optional").observe(elapsed)
-        self.window.record(elapsed * 1000.0, False, n, n)
+        self.window.record(elapsed * 1000.0, False, n, kept)
         self.metrics.requests.labels("ok").inc()
         return RankResponse(
             request_id=req.request_id, model=self.config.model.name, scores=scores.tolist(),
-            scored=n, optional_scored=n - req.base_count, optional_shed=0,
-            server=self.server_state())
+            scored=kept, optional_scored=kept - base_n, optional_shed=n - kept,
+            shed_reason="overload" if kept < n else None, server=self.server_state())
 
     async def _serve_split(self, req: RankRequest, dense: np.ndarray, sparse: np.ndarray,
                            effective: EffectiveTargets, started: float) -> RankResponse:

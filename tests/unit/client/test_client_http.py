@@ -58,6 +58,16 @@ async def test_powerful_pool_serves_routed_requests_with_extras(pools: Pools) ->
     assert client.summary()["decisions"]["served"] == {"powerful": 1}
 
 
+async def test_a_powerful_call_tells_the_replica_the_share_of_the_deadline_it_may_use(
+        pools: Pools) -> None:
+    baseline, powerful, base_url, power_url = pools
+    powerful.status = 503
+    async with _client(base_url, power_url, powerful_deadline_share=0.25) as client:
+        await _rank(client, deadline_ms=200.0)
+    assert powerful.seen[0].deadline_ms == pytest.approx(50.0)
+    assert baseline.seen[0].deadline_ms > 50.0   # the fallback keeps the rest of the deadline
+
+
 async def test_slow_powerful_pool_falls_back_to_baseline_within_the_deadline(pools: Pools) -> None:
     baseline, powerful, base_url, power_url = pools
     powerful.delay_s = 1.0
