@@ -14,8 +14,12 @@ from msgspec import Meta, Struct
 
 SCHEMA_VERSION = 2
 #: Versions a reader accepts. v2 added measured work to WindowReport and ``limited_by`` to the
-#: targets; every v1 message is a valid v2 one, so readers upgrade first, then writers.
-READABLE_VERSIONS = frozenset({1, 2})
+#: targets; every v1 message is a valid v2 one, so readers upgrade first, then writers. v3 added
+#: the operator's overrides and the targets' reason ``operator``: only messages that use them are
+#: written as v3 (`OPERATOR_VERSION`), everything else stays v2, so a v2 reader keeps reading
+#: all it read before and refuses an operator's targets as an unknown version: baseline only.
+READABLE_VERSIONS = frozenset({1, 2, 3})
+OPERATOR_VERSION = 3
 
 NonNegInt = Annotated[int, Meta(ge=0)]
 NonNegFloat = Annotated[float, Meta(ge=0.0)]
@@ -174,8 +178,41 @@ class ControlTargets(Event, frozen=True, kw_only=True):
     ttl_ms: Annotated[int, Meta(gt=0, le=86_400_000)]
     rma: RmaTarget
     sbm: SbmTarget
-    reason: Literal["period", "preemption", "restart", "manual"] = "period"
+    reason: Literal["period", "preemption", "restart", "manual", "operator"] = "period"
+    """Why these targets were issued; ``operator`` (v3): an active override shaped them."""
     signature: Annotated[str, Meta(max_length=128)] | None = None
+
+
+class OperatorOverride(Event, frozen=True, kw_only=True):
+    """An operator's kill switch or caps on one scope (overrides topic, compacted, keyed by scope).
+
+    The latest message of a scope is the whole override: a ``set`` replaces the one before, a
+    ``clear`` lifts it. It applies while ``issued_at_ms + ttl_ms`` is in the future, so a
+    forgotten cap lapses by itself; ``reason`` and ``ttl_ms`` have no default, so a message
+    without them is refused naming the field (an override nobody can explain is not applied).
+    """
+
+    v: int = OPERATOR_VERSION
+    scope: Name
+    action: Literal["set", "clear"] = "set"
+    issued_at_ms: TimestampMs
+    ttl_ms: Annotated[int, Meta(gt=0, le=30 * 86_400_000)]
+    reason: Annotated[str, Meta(min_length=1, max_length=500)]
+    by: Name | None = None
+    kill: bool = False
+    """Baseline only: no extra candidates, no coverage. Published at once (the fast path)."""
+    freeze: bool = False
+    """Hold the targets last issued (a preemption still lowers them)."""
+    max_extra: Annotated[int, Meta(ge=0, le=10_000)] | None = None
+    max_coverage: Fraction | None = None
+
+    def __post_init__(self) -> None:
+        if not self.reason.strip():
+            raise ValueError("`reason` is blank: say why optional work is overridden")
+        if self.action == "set" and not (self.kill or self.freeze or self.max_extra is not None
+                                         or self.max_coverage is not None):
+            raise ValueError("a set override needs one of `kill`, `freeze`, `max_extra`, "
+                             "`max_coverage`")
 
 
 class RoutingOutcome(Event, frozen=True, kw_only=True):
@@ -204,11 +241,12 @@ class DeadLetter(Event, frozen=True, kw_only=True):
 
 EVENT_TYPES: tuple[type[Event], ...] = (
     WindowReport, CapacityEvent, PreemptionNotice, ControlTargets, RoutingOutcome, DeadLetter,
+    OperatorOverride,
 )
 
 __all__ = [
-    "EVENT_TYPES", "LIMIT_REASONS", "READABLE_VERSIONS", "SCHEMA_VERSION", "SHED_REASONS",
-    "CapacityEvent", "ControlTargets", "DeadLetter", "Event", "LatencySketch", "LimitReason",
-    "ModelKind", "PreemptionNotice", "RmaTarget", "RoutingOutcome", "SbmTarget", "SegmentPriority",
+    "EVENT_TYPES", "LIMIT_REASONS", "OPERATOR_VERSION", "READABLE_VERSIONS", "SCHEMA_VERSION",
+    "SHED_REASONS", "CapacityEvent", "ControlTargets", "DeadLetter", "Event", "LatencySketch",
+    "LimitReason", "ModelKind", "OperatorOverride", "PreemptionNotice", "RmaTarget", "RoutingOutcome", "SbmTarget", "SegmentPriority",
     "ShedReason", "Tier", "WindowReport", "msgspec",
 ]

@@ -13,6 +13,7 @@ from schemas.contract import (
     ControlTargets,
     DeadLetter,
     Event,
+    OperatorOverride,
     PreemptionNotice,
     RoutingOutcome,
     WindowReport,
@@ -61,6 +62,7 @@ CATALOG: tuple[TopicSpec, ...] = (
               7 * 24 * HOUR_MS),
     TopicSpec("targets", "scope", ControlTargets, SCOPE_PARTITIONS, "compact", -1),
     TopicSpec("outcomes", "scope", RoutingOutcome, SCOPE_PARTITIONS, "delete", 24 * HOUR_MS),
+    TopicSpec("overrides", "scope", OperatorOverride, SCOPE_PARTITIONS, "compact", -1),
     TopicSpec("deadletter", "source topic", DeadLetter, 1, "delete", 14 * 24 * HOUR_MS),
 )
 

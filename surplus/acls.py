@@ -53,7 +53,7 @@ def required_acls(component: Component, prefix: str = DEFAULT_PREFIX,
     """What `component` must be allowed to do; nothing else is needed."""
     if component == "control-plane":
         inputs = [_topic(prefix, t, READ, "input, co-partitioned by scope")
-                  for t in ("telemetry", "capacity", "preemption", "outcomes")]
+                  for t in ("telemetry", "capacity", "preemption", "outcomes", "overrides")]
         return [*inputs,
                 _topic(prefix, "targets", WRITE, "publishes ControlTargets"),
                 _topic(prefix, "deadletter", WRITE, "rejected input"),
@@ -87,7 +87,9 @@ def required_acls(component: Component, prefix: str = DEFAULT_PREFIX,
     if component == "operator":
         return [AclRule("topic", prefix, "prefixed",
                         ("CREATE", "DESCRIBE", "DESCRIBE_CONFIGS"),
-                        "`surplus topics apply` creates and checks the catalog")]
+                        "`surplus topics apply` creates and checks the catalog"),
+                _topic(prefix, "overrides", ("READ", "WRITE", "DESCRIBE"),
+                       "`surplus override` set, clear, list: the kill switch and caps")]
     raise ValueError(f"unknown component {component!r}; known: {', '.join(COMPONENTS)}")
 
 

@@ -7,6 +7,7 @@ from schemas.contract import (
     ControlTargets,
     DeadLetter,
     Event,
+    OperatorOverride,
     PreemptionNotice,
     RmaTarget,
     RoutingOutcome,
@@ -47,4 +48,7 @@ SAMPLES: list[Event] = [
     DeadLetter(ts_ms=1_700_000_000_000, source_topic="surplus.telemetry", partition=3,
                offset=1234, reason="WindowReport: malformed JSON", key_b64="cDE=",
                value_b64="bm90IGpzb24="),
+    OperatorOverride(scope="eu1", issued_at_ms=1_700_000_000_000, ttl_ms=3_600_000,
+                     reason="incident 4711: ranking p99 over SLA", by="alice", max_extra=8,
+                     max_coverage=0.1),
 ]
