@@ -28,6 +28,8 @@ TimestampMs = Annotated[int, Meta(ge=0, le=2**53)]
 Name = Annotated[str, Meta(min_length=1, max_length=200)]
 Tier = Literal["baseline", "opportunistic"]
 ModelKind = Literal["baseline", "powerful"]
+#: A member of the replicas topic: routable (``serving``) or leaving (``draining``).
+ReplicaState = Literal["serving", "draining"]
 #: Why a unit of optional work was not done. One spelling for the worker's counters, its
 #: Prometheus labels, WindowReports, simulator summaries and the event log. On the wire the key
 #: stays a plain name, so a reader older than a new reason still accepts the report.
@@ -239,14 +241,47 @@ class DeadLetter(Event, frozen=True, kw_only=True):
     value_b64: str
 
 
+class ReplicaAnnouncement(Event, frozen=True, kw_only=True):
+    """One replica's membership (replicas topic, compacted, keyed by ``replica_id``).
+
+    Clients route to the replicas whose latest announcement says ``serving`` and whose lease
+    has not run out. A replica renews well inside its lease while it runs, says ``draining``
+    the moment a reclaim reaches it (a notice for it, or SIGTERM), and leaves a tombstone (a
+    null value under its id) when it stops; one killed outright simply stops renewing, and
+    its lease ends it. ``ts_ms`` and ``lease_expires_at_ms`` are on the replica's own clock:
+    receivers read them through an estimated offset, as they read the targets' TTL.
+    """
+
+    replica_id: Name
+    endpoint: Annotated[str, Meta(pattern=r"^https?://", max_length=500)]
+    """Base URL clients call (``/v1/rank`` is appended)."""
+    region: Name
+    pool_id: Name
+    tier: Tier
+    model: ModelKind
+    state: ReplicaState
+    ts_ms: TimestampMs
+    """When this announcement was sent, on the replica's clock."""
+    lease_expires_at_ms: TimestampMs
+    """Past this (the replica's clock), the replica counts as gone unless it renewed."""
+    deadline_ms: TimestampMs | None = None
+    """Draining: when the replica goes (its notice's deadline, or the end of its grace)."""
+
+    def __post_init__(self) -> None:
+        if self.lease_expires_at_ms <= self.ts_ms:
+            raise ValueError("`lease_expires_at_ms` must be after `ts_ms`: a lease that has "
+                             "run out when it is sent admits nothing")
+
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     WindowReport, CapacityEvent, PreemptionNotice, ControlTargets, RoutingOutcome, DeadLetter,
-    OperatorOverride,
+    OperatorOverride, ReplicaAnnouncement,
 )
 
 __all__ = [
     "EVENT_TYPES", "LIMIT_REASONS", "OPERATOR_VERSION", "READABLE_VERSIONS", "SCHEMA_VERSION",
     "SHED_REASONS", "CapacityEvent", "ControlTargets", "DeadLetter", "Event", "LatencySketch",
-    "LimitReason", "ModelKind", "OperatorOverride", "PreemptionNotice", "RmaTarget", "RoutingOutcome", "SbmTarget", "SegmentPriority",
-    "ShedReason", "Tier", "WindowReport", "msgspec",
+    "LimitReason", "ModelKind", "OperatorOverride", "PreemptionNotice", "ReplicaAnnouncement",
+    "ReplicaState", "RmaTarget", "RoutingOutcome", "SbmTarget", "SegmentPriority", "ShedReason",
+    "Tier", "WindowReport", "msgspec",
 ]

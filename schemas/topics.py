@@ -15,6 +15,7 @@ from schemas.contract import (
     Event,
     OperatorOverride,
     PreemptionNotice,
+    ReplicaAnnouncement,
     RoutingOutcome,
     WindowReport,
 )
@@ -63,6 +64,9 @@ CATALOG: tuple[TopicSpec, ...] = (
     TopicSpec("targets", "scope", ControlTargets, SCOPE_PARTITIONS, "compact", -1),
     TopicSpec("outcomes", "scope", RoutingOutcome, SCOPE_PARTITIONS, "delete", 24 * HOUR_MS),
     TopicSpec("overrides", "scope", OperatorOverride, SCOPE_PARTITIONS, "compact", -1),
+    # Membership: one value per replica id (a tombstone when it stops); every client reads all
+    # of it, so one partition keeps the whole live set in one ordered log.
+    TopicSpec("replicas", "replica id", ReplicaAnnouncement, 1, "compact", -1),
     TopicSpec("deadletter", "source topic", DeadLetter, 1, "delete", 14 * 24 * HOUR_MS),
 )
 

@@ -69,11 +69,13 @@ def required_acls(component: Component, prefix: str = DEFAULT_PREFIX,
                 _topic(prefix, "preemption", ("READ", "WRITE", "DESCRIBE"),
                        "preemption fast path (offsets by time); its own notice on SIGTERM"),
                 _topic(prefix, "telemetry", WRITE, "WindowReports"),
+                _topic(prefix, "replicas", WRITE, "its membership: serving, draining, tombstone"),
                 _topic(prefix, "deadletter", WRITE, "undecodable targets or notices"),
                 AclRule("group", WORKER_GROUPS, "prefixed", ("DESCRIBE",),
                         "its consumers' group ids (assigned by hand, commit nothing)")]
     if component == "client":
         return [_topic(prefix, "targets", READ, "follows targets (manual assignment)"),
+                _topic(prefix, "replicas", READ, "routes to the live set (manual assignment)"),
                 _topic(prefix, "outcomes", WRITE, "RoutingOutcomes"),
                 _topic(prefix, "deadletter", WRITE, "undecodable targets"),
                 AclRule("group", CLIENT_GROUPS, "prefixed", ("DESCRIBE",),

@@ -27,7 +27,7 @@ def test_only_the_control_plane_may_write_targets() -> None:
 
 def test_receivers_read_only_what_they_follow() -> None:
     assert _grants("worker", "READ") == {"surplus.targets", "surplus.preemption"}
-    assert _grants("client", "READ") == {"surplus.targets"}
+    assert _grants("client", "READ") == {"surplus.targets", "surplus.replicas"}
     assert _grants("scheduler", "READ") == set()
 
 
@@ -49,3 +49,8 @@ def test_bindings_cover_every_operation_and_refuse_unknown_components() -> None:
 def test_a_capacity_agent_may_only_send_preemption_notices() -> None:
     assert _grants("capacity-agent", "WRITE") == {"surplus.preemption"}
     assert _grants("capacity-agent", "READ") == set()
+
+
+def test_only_workers_announce_membership() -> None:
+    writers = {c for c in acls.COMPONENTS if "surplus.replicas" in _grants(c, "WRITE")}
+    assert writers == {"worker"}

@@ -9,6 +9,7 @@ from schemas.contract import (
     Event,
     OperatorOverride,
     PreemptionNotice,
+    ReplicaAnnouncement,
     RmaTarget,
     RoutingOutcome,
     SbmTarget,
@@ -51,4 +52,8 @@ SAMPLES: list[Event] = [
     OperatorOverride(scope="eu1", issued_at_ms=1_700_000_000_000, ttl_ms=3_600_000,
                      reason="incident 4711: ranking p99 over SLA", by="alice", max_extra=8,
                      max_coverage=0.1),
+    ReplicaAnnouncement(replica_id="w3", endpoint="http://10.0.0.3:8080", region="eu1",
+                        pool_id="eu1/rank/baseline/a100/opportunistic", tier="opportunistic",
+                        model="baseline", state="serving", ts_ms=1_700_000_000_000,
+                        lease_expires_at_ms=1_700_000_010_000),
 ]
