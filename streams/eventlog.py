@@ -3,10 +3,10 @@
     {"ts": 1700000000000, "topic": "telemetry", "key": "eu1", "value": {...WindowReport...}}
 
 ``ts`` is the event time in ms since the epoch (the Kafka message timestamp when recorded),
-``topic`` the *logical* topic (``telemetry|capacity|preemption|targets|outcomes``), ``key`` the
-message key (the scope), ``value`` the contract's JSON for that topic. A path ending in ``.zst``
-is zstd-compressed. Logs are written by ``surplus record`` and by the simulator, and read by the
-offline replayer, the live replayer and the benchmark.
+``topic`` the *logical* topic (``telemetry|capacity|preemption|targets|outcomes|overrides``),
+``key`` the message key (the scope), ``value`` the contract's JSON for that topic. A path ending
+in ``.zst`` is zstd-compressed. Logs are written by ``surplus record`` and by the simulator, and
+read by the offline replayer, the live replayer and the benchmark.
 
 Reading is on the hot path of offline replay (>= 200,000 events/s on one core), so each line is
 decoded by *one* msgspec call into a typed event (a tagged union on ``topic``): no ``json.loads``,
@@ -30,13 +30,15 @@ from schemas.contract import (
     CapacityEvent,
     ControlTargets,
     Event,
+    OperatorOverride,
     PreemptionNotice,
     RoutingOutcome,
     TimestampMs,
     WindowReport,
 )
 
-TOPICS: tuple[str, ...] = ("telemetry", "capacity", "preemption", "targets", "outcomes")
+TOPICS: tuple[str, ...] = ("telemetry", "capacity", "preemption", "targets", "outcomes",
+                           "overrides")
 """Logical topics an event log may hold, in the order used to break timestamp ties."""
 
 MAX_LINE_BYTES = 1 << 20
@@ -78,15 +80,22 @@ class OutcomeEvent(LogEvent, frozen=True, kw_only=True, tag="outcomes"):
     value: RoutingOutcome
 
 
-AnyEvent = TelemetryEvent | CapacityLogEvent | PreemptionEvent | TargetsEvent | OutcomeEvent
+class OverrideEvent(LogEvent, frozen=True, kw_only=True, tag="overrides"):
+    topic: ClassVar[str] = "overrides"
+    value: OperatorOverride
+
+
+AnyEvent = (TelemetryEvent | CapacityLogEvent | PreemptionEvent | TargetsEvent | OutcomeEvent
+            | OverrideEvent)
 
 EVENT_CLASSES: dict[str, type[LogEvent]] = {
     cls.topic: cls
-    for cls in (TelemetryEvent, CapacityLogEvent, PreemptionEvent, TargetsEvent, OutcomeEvent)
+    for cls in (TelemetryEvent, CapacityLogEvent, PreemptionEvent, TargetsEvent, OutcomeEvent,
+                OverrideEvent)
 }
 VALUE_TYPES: dict[str, type[Event]] = {
     "telemetry": WindowReport, "capacity": CapacityEvent, "preemption": PreemptionNotice,
-    "targets": ControlTargets, "outcomes": RoutingOutcome,
+    "targets": ControlTargets, "outcomes": RoutingOutcome, "overrides": OperatorOverride,
 }
 TOPIC_ORDER: dict[str, int] = {topic: i for i, topic in enumerate(TOPICS)}
 

@@ -28,7 +28,7 @@ import msgspec
 
 from schemas.clock import wall_ms
 from schemas.codec import ContractError, decode, decode_telemetry, encode
-from schemas.contract import ControlTargets, DeadLetter, Event
+from schemas.contract import ControlTargets, DeadLetter, Event, OperatorOverride
 from schemas.kafka_config import KafkaSettings
 from schemas.signing import sign
 from streams.agents import health
@@ -37,6 +37,7 @@ from streams.agents.metrics import Metrics
 from streams.control.config import ControlConfig
 from streams.control.controller import ScopeController
 from streams.control.dispatch import INPUTS, RULES, Rejected, Rule, dispatch_all
+from streams.control.override import describe
 from streams.scopes import ScopeRegistry
 from streams.settings import ControlPlaneSettings
 
@@ -128,6 +129,9 @@ class ControlPlane:
         published = dispatch_all(rule, scope, values, controller_for, wall_ms())
         if rule.topic == "telemetry":
             self.metrics.reports.inc(len(values))
+        elif isinstance(values[0], OperatorOverride):
+            self.metrics.observe_override(values[0])
+            log.warning("operator override %s", describe(values[0]))
         if rule.durable:
             await self._save(scope)  # before publishing: an epoch on the wire is never reused
         for targets in published:

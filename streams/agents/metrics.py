@@ -10,7 +10,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from schemas.build import register_standard_collectors
-from schemas.contract import LIMIT_REASONS, ControlTargets
+from schemas.contract import LIMIT_REASONS, ControlTargets, OperatorOverride
 from streams.control.controller import ScopeController
 
 
@@ -59,6 +59,14 @@ class Metrics:
                                "Measured replica-seconds one candidate (ranking model) or one "
                                "request (powerful model) costs", ["scope", "model", "per"],
                                registry=self.registry)
+        self.overrides = Counter("surplus_control_overrides_total",
+                                 "Operator overrides taken (refused ones count in "
+                                 "surplus_control_rejected_total{topic=\"overrides\"})",
+                                 ["scope", "kind"], registry=self.registry)
+        self.override_active = Gauge("surplus_control_override_active",
+                                     "1 while the scope's last targets were shaped by an operator "
+                                     "override (reason operator), else 0",
+                                     ["scope"], registry=self.registry)
         self.restore_skipped = Counter("surplus_control_restore_skipped_total",
                                        "Stored scope states that could not be restored",
                                        registry=self.registry)
@@ -96,12 +104,21 @@ class Metrics:
         self.extra.labels(scope).set(targets.rma.extra_candidates)
         self.coverage.labels(scope).set(targets.sbm.coverage)
         self.budget.labels(scope).set(targets.rma.budget_units_per_s)
+        self.override_active.labels(scope).set(1.0 if targets.reason == "operator" else 0.0)
         for lever, why in (("rma", targets.rma.limited_by), ("sbm", targets.sbm.limited_by)):
             if why is None:
                 continue
             self.limited_targets.labels(scope, lever, why).inc()
             for reason in LIMIT_REASONS:
                 self.limited_by.labels(scope, lever, reason).set(1.0 if reason == why else 0.0)
+
+    def observe_override(self, override: OperatorOverride) -> None:
+        """An override taken: counted by what it does (a set may do several)."""
+        kinds = ([k for k in ("kill", "freeze", "max_extra", "max_coverage")
+                  if getattr(override, k) not in (None, False)]
+                 if override.action == "set" else ["clear"])
+        for kind in kinds:
+            self.overrides.labels(override.scope, kind).inc()
 
     def observe_delivery(self, targets: ControlTargets, failed: bool) -> None:
         """The cluster's answer to one published target: what a reader of the targets topic

@@ -33,14 +33,18 @@ from typing import Literal
 import msgspec
 
 from schemas.contract import (
+    OPERATOR_VERSION,
+    SCHEMA_VERSION,
     CapacityEvent,
     ControlTargets,
+    OperatorOverride,
     PreemptionNotice,
     RmaTarget,
     RoutingOutcome,
     SbmTarget,
     WindowReport,
 )
+from streams.control import override as operator
 from streams.control.allocator import Allocation, allocate
 from streams.control.config import ControlConfig
 from streams.control.cost import CostModel, PoolCost
@@ -63,7 +67,7 @@ from streams.control.sbm import (
 from streams.control.windows import WindowSet, WindowStats
 
 STATE_VERSION = 1
-Reason = Literal["period", "preemption", "restart"]
+Reason = Literal["period", "preemption", "restart", "operator"]
 
 
 class ScopeMismatch(ValueError):
@@ -97,6 +101,8 @@ class ControllerState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     segments: SegmentState = msgspec.field(default_factory=SegmentState)
     observed: Observed = msgspec.field(default_factory=Observed)
     cost: dict[str, PoolCost] = {}
+    override: OperatorOverride | None = None
+    """The scope's latest operator override (``streams.control.override``), active or not."""
 
 
 _state_encoder = msgspec.json.Encoder()
@@ -136,6 +142,7 @@ class ScopeController:
         self._last_tick_ms = state.last_tick_ms
         self._last_targets = state.last_targets
         self._observed = state.observed
+        self._override = state.override
         self._windows = WindowSet(config.min_samples, config.relative_accuracy,
                                   max_pools=config.max_pools,
                                   forget_after_periods=config.forget_pool_after_periods,
@@ -176,6 +183,19 @@ class ScopeController:
             raise ScopeMismatch(f"RoutingOutcome of scope {outcome.scope!r} sent to scope "
                                 f"{self.scope!r}")
         self._segments.observe(outcome)
+
+    def on_override(self, override: OperatorOverride, now_ms: int) -> ControlTargets | None:
+        """Hold the operator's override; a kill goes out now (the fast path), the rest apply
+        at the next tick."""
+        if override.scope != self.scope:
+            raise ScopeMismatch(f"OperatorOverride of scope {override.scope!r} sent to scope "
+                                f"{self.scope!r}")
+        self._override = override
+        if not (override.kill and operator.active(override, now_ms)):
+            return None
+        last = self._last_targets
+        rma, sbm = operator.baseline_only(last.sbm if last is not None else SbmTarget(coverage=0))
+        return self._emit(now_ms, rma, sbm, "operator")
 
     # -- the fast path -------------------------------------------------------------------
 
@@ -230,6 +250,13 @@ class ScopeController:
         allocation = self._allocate(now_ms, rates)
         ceiling = self._restart_ceiling
         self._restart_ceiling = None
+        last = self._last_targets
+        resumed = ceiling is None and last is not None and last.reason == "operator"
+        if resumed and last is not None and not operator.active(self._override, now_ms):
+            # The override lapsed or was cleared: climb back from what it allowed, as after a
+            # restart, not jump to what the loop would have done meanwhile.
+            ceiling = (float(last.rma.extra_candidates), last.sbm.coverage,
+                       last.rma.budget_units_per_s)
         budget = (rma_budget(allocation, cfg.rma, rma_rate)
                   + self._observed.provisioned_units_per_s)
         if ceiling is not None:
@@ -245,7 +272,11 @@ class ScopeController:
         self._sbm.step(stats, allocation.sbm_accel_units, self._observed.total_rps, sbm_rate,
                        ceiling=None if ceiling is None else ceiling[1], starved=starved)
         sbm = self._sbm.target(self._segments)
-        return self._emit(now_ms, rma, sbm, "period" if ceiling is None else "restart")
+        reason: Reason = "period" if ceiling is None or resumed else "restart"
+        overridden = operator.apply(self._override, now_ms, rma, sbm, last)
+        if overridden is not None:
+            (rma, sbm), reason = overridden, "operator"
+        return self._emit(now_ms, rma, sbm, reason)
 
     def _dt_s(self, now_ms: int) -> float:
         """Seconds since the last tick, kept within [0.1, max_dt_periods] periods."""
@@ -312,7 +343,8 @@ class ScopeController:
 
     def _emit(self, now_ms: int, rma: RmaTarget, sbm: SbmTarget, reason: Reason) -> ControlTargets:
         self._epoch += 1
-        targets = ControlTargets(scope=self.scope, epoch=self._epoch, issued_at_ms=now_ms,
+        targets = ControlTargets(v=OPERATOR_VERSION if reason == "operator" else SCHEMA_VERSION,
+                                 scope=self.scope, epoch=self._epoch, issued_at_ms=now_ms,
                                  ttl_ms=self.config.ttl_ms, rma=rma, sbm=sbm,
                                  reason=reason)
         self._last_targets = targets
@@ -325,7 +357,13 @@ class ScopeController:
                                last_tick_ms=self._last_tick_ms, last_targets=self._last_targets,
                                rma=self._rma.state, sbm=self._sbm.state,
                                inventory=self._inventory.state, segments=self._segments.state,
-                               observed=self._observed, cost=self._cost.state)
+                               observed=self._observed, cost=self._cost.state,
+                               override=self._override)
+
+    @property
+    def override(self) -> OperatorOverride | None:
+        """The scope's latest operator override (it may have lapsed or be a clear)."""
+        return self._override
 
     @property
     def epoch(self) -> int:

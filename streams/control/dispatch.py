@@ -5,14 +5,15 @@ the event. Live (``streams.agents.control``), in offline replay and in the fleet
 (``streams.replay.ControlDriver``), an event goes through the same steps, written only here:
 
 1. its scope is read from the value (``Rule.scope``): the ``region`` of a WindowReport, a
-   CapacityEvent or a PreemptionNotice, the ``scope`` of a RoutingOutcome;
+   CapacityEvent or a PreemptionNotice, the ``scope`` of a RoutingOutcome or an OperatorOverride;
 2. the message key must equal that scope, or the event is refused as ``key_mismatch``;
 3. the scope's controller takes it (``Rule.apply``: ``on_report``, ``on_capacity``,
-   ``on_preemption``, ``on_outcome``). A controller that refuses it (unlike sketches, too many
-   pools, another scope: ``REFUSALS``) refuses the event, the exception's class name its reason;
-4. a preemption gives targets to publish at once (``Rule.publishes``: the fast path); capacity
-   and preemption change state that must survive a restart (``Rule.durable``), which an agent
-   persists before it publishes what they produced.
+   ``on_preemption``, ``on_outcome``, ``on_override``). A controller that refuses it (unlike
+   sketches, too many pools, another scope: ``REFUSALS``) refuses the event, the exception's
+   class name its reason;
+4. a preemption or an operator's kill gives targets to publish at once (``Rule.publishes``:
+   the fast path); capacity, preemption and overrides change state that must survive a
+   restart (``Rule.durable``), which an agent persists before it publishes what they produced.
 
 ``targets`` is the control plane's own output: a log may hold targets recorded from a live
 plane, but they never reach a controller (``rule_for`` gives None). Any other topic is refused
@@ -36,6 +37,7 @@ from schemas.contract import (
     CapacityEvent,
     ControlTargets,
     Event,
+    OperatorOverride,
     PreemptionNotice,
     RoutingOutcome,
     WindowReport,
@@ -87,6 +89,8 @@ RULES: dict[str, Rule] = {rule.topic: rule for rule in (
          publishes=True, durable=True),
     Rule("outcomes", RoutingOutcome, attrgetter("scope"), ScopeController.on_outcome,
          publishes=False, durable=False),
+    Rule("overrides", OperatorOverride, attrgetter("scope"), ScopeController.on_override,
+         publishes=True, durable=True),
 )}
 INPUTS: tuple[str, ...] = tuple(RULES)
 

@@ -47,13 +47,14 @@ class Controllers(dict[str, ScopeController]):
 
 
 def test_every_input_topic_has_a_rule_and_targets_are_passed_by() -> None:
-    assert INPUTS == ("telemetry", "capacity", "preemption", "outcomes")
+    assert INPUTS == ("telemetry", "capacity", "preemption", "outcomes", "overrides")
     assert rule_for("targets") is None
     with pytest.raises(Rejected) as info:
         rule_for("deadletter")
     assert info.value.reason == UNKNOWN_TOPIC and "deadletter" in info.value.detail
-    assert [name for name, rule in RULES.items() if rule.publishes] == ["preemption"]
-    assert [name for name, rule in RULES.items() if rule.durable] == ["capacity", "preemption"]
+    assert [name for name, rule in RULES.items() if rule.publishes] == ["preemption", "overrides"]
+    assert [name for name, rule in RULES.items() if rule.durable] == ["capacity", "preemption",
+                                                                 "overrides"]
 
 
 @pytest.mark.parametrize(("topic", "value"), [
