@@ -8,7 +8,9 @@ shedding, learns per-segment gains from the values it observes, and publishes on
 RoutingOutcome per request so the control plane learns too.
 
 Targets arrive on a background thread (`TargetsFeed`) and are applied on the event loop, so all
-policy state is touched from one thread.
+policy state is touched from one thread. So do the replicas, with ``membership`` on: each
+pool's live set (`workers.policy.membership`) comes from the replicas topic (`MembershipFeed`),
+and the fixed URLs serve only while it names no live replica of that pool.
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ from schemas import kafka_clients
 from schemas.clock import wall_ms
 from schemas.codec import ContractError
 from schemas.codec import encode as encode_event
-from schemas.contract import ControlTargets, DeadLetter, RoutingOutcome
+from schemas.contract import ControlTargets, DeadLetter, ReplicaAnnouncement, RoutingOutcome
 from schemas.kafka_clients import KafkaError, Producer
 from schemas.kafka_config import KafkaSettings
 from workers.api import RANK_PATH, Candidate, RankRequest, RankResponse, decode_response, encode
 from workers.client.config import ClientConfig
 from workers.client.decision import Decider, Decision
-from workers.client.feed import TargetsFeed
+from workers.client.feed import MembershipFeed, TargetsFeed
+from workers.policy.membership import Membership
 from workers.policy.routing import Model
 
 OutcomeValue = Callable[[RankRequest, RankResponse], float]
@@ -88,11 +91,21 @@ class RankingClient:
         self._outcome_value = outcome_value
         self._clock = clock
         pools = {"baseline": config.baseline_urls,
-                 "powerful": config.powerful_urls or config.baseline_urls}
-        self._pool_size = {m: len(urls) for m, urls in pools.items()}
-        self._urls: dict[Model, Iterator[str]] = {
-            m: itertools.cycle([u.rstrip("/") + RANK_PATH for u in urls])  # type: ignore[misc]
+                 "powerful": config.powerful_urls or ([] if config.membership
+                                                      else config.baseline_urls)}
+        #: The fixed rank URLs of each pool (all of them, or the fallback with membership).
+        self._fixed: dict[Model, tuple[str, ...]] = {
+            m: tuple(u.rstrip("/") + RANK_PATH for u in urls)  # type: ignore[misc]
             for m, urls in pools.items()}
+        self._turn: dict[Model, Iterator[int]] = {m: itertools.count() for m in pools}  # type: ignore[misc]
+        self.membership: Membership | None = None
+        self._membership_feed: MembershipFeed | None = None
+        self._rank_urls: dict[tuple[str, ...], tuple[str, ...]] = {}
+        if config.membership:
+            self.membership = Membership(config.scope, config.membership_limits)
+            # SBM routing is on: the powerful replicas are the ones announced (the decider
+            # otherwise turns it on only for a fixed powerful list).
+            self.decider._sbm = True
         #: Replicas that refused or dropped a connection, skipped until this perf_counter time.
         self._down_until: dict[str, float] = {}
         self._session: aiohttp.ClientSession | None = None
@@ -109,21 +122,31 @@ class RankingClient:
         connector = aiohttp.TCPConnector(limit_per_host=self.config.max_connections)
         self._session = aiohttp.ClientSession(connector=connector)
         if self.kafka is None:
-            return
+            return  # targets and membership, if any, come through apply_targets/_membership
         self._producer = kafka_clients.producer(self.kafka,
                                                 **{"client.id": "surplus-ranking-client"})
         self._feed = TargetsFeed(self.kafka, self.config.scope, self._from_feed,
                                  self._send_dead_letter)
         self._feed.start()
+        if self.membership is not None:
+            self._membership_feed = MembershipFeed(self.kafka, self.config.scope,
+                                                   self._from_membership_feed,
+                                                   self._send_dead_letter)
+            self._membership_feed.start()
         if self.config.catch_up_timeout_s > 0:
-            caught_up = await asyncio.to_thread(self._feed.caught_up.wait,
-                                                self.config.catch_up_timeout_s)
-            if not caught_up:
-                self.decider.bump("feed", "catch_up_timeout")
+            for name, feed in (("feed", self._feed), ("membership", self._membership_feed)):
+                if feed is None:
+                    continue
+                caught_up = await asyncio.to_thread(feed.caught_up.wait,
+                                                    self.config.catch_up_timeout_s)
+                if not caught_up:
+                    self.decider.bump(name, "catch_up_timeout")
 
     async def close(self) -> None:
         if self._feed is not None:
             await asyncio.to_thread(self._feed.stop)
+        if self._membership_feed is not None:
+            await asyncio.to_thread(self._membership_feed.stop)
         if self._session is not None:
             await self._session.close()
         if self._producer is not None:
@@ -148,6 +171,27 @@ class RankingClient:
     def apply_targets(self, targets: ControlTargets) -> None:
         """Offer a targets message to the target state (also usable without Kafka)."""
         self.decider.offer(targets, self._clock())
+
+    def _from_membership_feed(self, replica_id: str,
+                              announcement: ReplicaAnnouncement | None) -> None:
+        """Feed thread -> event loop, as for targets."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self.apply_membership, replica_id, announcement)
+
+    def apply_membership(self, replica_id: str,
+                         announcement: ReplicaAnnouncement | None) -> None:
+        """Offer an announcement (None: a tombstone) to the live set."""
+        membership = self.membership
+        if membership is None:
+            return
+        if announcement is None:
+            membership.withdraw(replica_id)
+        else:
+            now = self._clock()
+            membership.offer(announcement, now)
+            membership.forget_expired(now)
 
     # ---- per request -------------------------------------------------------------------------
 
@@ -191,7 +235,7 @@ class RankingClient:
             request = msgspec.structs.replace(
                 request, candidates=request.candidates[:request.base_count],
                 deadline_ms=max(left_ms, 1.0))
-        replicas = len(self.config.baseline_urls)
+        replicas = max(1, len(self._pool_urls("baseline")))
         for attempt in range(1, replicas + 1):
             try:
                 return await self._call("baseline", request,
@@ -204,27 +248,48 @@ class RankingClient:
                     continue
                 self.decider.bump("baseline_failed", failed.reason)
                 raise RankingError(failed.reason) from None
-        raise AssertionError("unreachable: baseline_urls is never empty")
+        raise AssertionError("unreachable: the loop returns or raises")
 
-    def _next_url(self, model: Model) -> str:
-        """The next replica of a pool in turn, skipping ones that just failed to connect or
-        said they are not ready (while another is left): a dead, starting or draining replica
-        costs one failed call per `replica_down_s`."""
-        urls = self._urls[model]
-        url = next(urls)
+    def _pool_urls(self, model: Model) -> tuple[str, ...]:
+        """The rank URLs of a pool now: its live replicas with membership (the fixed list
+        while none is live), else the fixed list."""
+        if self.membership is not None:
+            live = self.membership.routable(model, self._clock())
+            if live:
+                urls = self._rank_urls.get(live)
+                if urls is None:
+                    if len(self._rank_urls) > 64:
+                        self._rank_urls.clear()
+                    urls = self._rank_urls[live] = tuple(e + RANK_PATH for e in live)
+                return urls
+        return self._fixed[model]
+
+    def _next_url(self, model: Model) -> str | None:
+        """The next replica of a pool in turn (None: the pool has none), skipping ones that
+        just failed to connect or said they are not ready (while another is left): a dead,
+        starting or draining replica costs one failed call per `replica_down_s`."""
+        urls = self._pool_urls(model)
+        if not urls:
+            return None
+        turn = next(self._turn[model])
+        url = urls[turn % len(urls)]
         if not self._down_until:
             return url
         now = time.perf_counter()
-        for _ in range(self._pool_size[model]):
+        for step in range(1, len(urls) + 1):
             if self._down_until.get(url, 0.0) <= now:
                 return url
-            url = next(urls)
+            url = urls[(turn + step) % len(urls)]
         return url
 
     async def _call(self, model: Model, request: RankRequest, timeout_s: float) -> RankResponse:
         """POST one request to the next URL of a pool; any failure feeds client-side shedding."""
         assert self._session is not None, "RankingClient.start() was not awaited"
         url = self._next_url(model)
+        if url is None:
+            # No live replica of this pool (membership): a failed call, felt by shedding.
+            self.decider.observe(None, self._clock(), error="no_replica", model=model)
+            raise _CallFailed("no_replica")
         try:
             async with self._session.post(
                     url, data=encode(request), headers={"content-type": "application/json"},
@@ -316,6 +381,12 @@ class RankingClient:
             "client_shed": self.decider.shed_counters(),
             "feed": {} if self._feed is None else dict(self._feed.counters),
             "feed_failed": None if self._feed is None else self._feed.failed,
+            "membership": None if self.membership is None else {
+                "offers": dict(self.membership.counters),
+                "feed": ({} if self._membership_feed is None
+                         else dict(self._membership_feed.counters)),
+                "routable": {m: len(self.membership.routable(m, now))
+                             for m in ("baseline", "powerful")}},
             "effective": {"epoch": eff.epoch, "baseline_only": eff.baseline_only,
                           "reason": eff.reason, "coverage": eff.coverage,
                           "extra_candidates": eff.extra_candidates},

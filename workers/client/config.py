@@ -8,6 +8,7 @@ import msgspec
 from msgspec import Meta
 
 from workers.policy.client_shed import ShedConfig
+from workers.policy.membership import MembershipLimits
 from workers.policy.routing import RouterConfig
 from workers.policy.targets import LocalLimits
 
@@ -20,9 +21,15 @@ class ClientConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
 
     #: The region this client serves; only targets for it apply.
     scope: Annotated[str, Meta(min_length=1, max_length=200)]
-    #: Base URLs of the baseline pool (provisioned): every request can be served here.
-    baseline_urls: Annotated[list[Url], Meta(min_length=1)]
-    #: Base URLs of the powerful pool (opportunistic); empty means no SBM routing.
+    #: Route to the live replicas announced on the replicas topic (needs Kafka): replicas
+    #: that are draining or whose lease ran out leave the set before they go. The fixed URLs
+    #: below then serve only while the topic names no live replica of a pool.
+    membership: bool = False
+    #: Base URLs of the baseline pool (provisioned): every request can be served here. Needed
+    #: unless `membership` is on.
+    baseline_urls: list[Url] = []
+    #: Base URLs of the powerful pool (opportunistic); empty means no SBM routing, unless
+    #: `membership` is on (then the powerful replicas announced are routed to).
     powerful_urls: list[Url] = []
     #: Deadline of a request when the caller gives none.
     default_deadline_ms: Ms = 100.0
@@ -48,5 +55,11 @@ class ClientConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     #: until targets arrive).
     catch_up_timeout_s: Annotated[float, Meta(ge=0.0, le=600.0)] = 10.0
     limits: LocalLimits = LocalLimits()
+    membership_limits: MembershipLimits = MembershipLimits()
     router: RouterConfig = RouterConfig()
     shed: ShedConfig = ShedConfig()
+
+    def __post_init__(self) -> None:
+        if not self.membership and not self.baseline_urls:
+            raise ValueError("`baseline_urls` is empty and `membership` is off: the client "
+                             "has no replica to send baseline work to")

@@ -1,11 +1,12 @@
-"""The targets feed: a background confluent-kafka consumer of the compacted targets topic.
+"""The client's feeds: background confluent-kafka consumers of the compacted topics it follows.
 
-It reads every partition from the beginning with no consumer group state (a unique group id,
-manual assignment, no commits), so each client instance sees the latest target of its scope
-after a restart and then follows new ones. Messages of other scopes are skipped by key; messages
-of its own scope that do not decode go to the dead-letter topic with the reason and offset.
-Decoded targets are handed to `deliver` on the consumer thread; the caller moves them to its own
-thread (the RankingClient uses `loop.call_soon_threadsafe`).
+`TargetsFeed` follows the targets topic, `MembershipFeed` the replicas topic; both are a
+`CompactedFeed`. Each reads every partition from the beginning with no consumer group state
+(a unique group id, manual assignment, no commits), so each client instance sees the latest
+value of every key after a restart and then follows new ones. Targets of other scopes are
+skipped by key; messages that do not decode go to the dead-letter topic with the reason and
+offset. Decoded values are handed to `deliver` on the consumer thread; the caller moves them to
+its own thread (the RankingClient uses `loop.call_soon_threadsafe`).
 """
 
 from __future__ import annotations
@@ -18,32 +19,30 @@ from collections.abc import Callable
 from schemas import kafka_clients
 from schemas.clock import wall_ms
 from schemas.codec import ContractError, codec_for
-from schemas.contract import ControlTargets, DeadLetter
+from schemas.contract import ControlTargets, DeadLetter, ReplicaAnnouncement
 from schemas.kafka_clients import OFFSET_BEGINNING, Consumer, Message, TopicUnavailable
 from schemas.kafka_config import KafkaSettings
 
 DeadLetterSink = Callable[[DeadLetter], None]
 
 
-class TargetsFeed:
-    """Follows the targets topic for one scope on a daemon thread."""
+class CompactedFeed:
+    """Follows one compacted topic on a daemon thread; a subclass says what a message means."""
+
+    logical = ""
 
     def __init__(self, kafka: KafkaSettings, scope: str,
-                 deliver: Callable[[ControlTargets], None],
                  dead_letter: DeadLetterSink | None = None, poll_timeout_s: float = 0.1) -> None:
         self.kafka = kafka
-        self.topic = kafka.topic("targets")
+        self.topic = kafka.topic(self.logical)
         self.scope = scope
-        self._key = scope.encode()
-        self._deliver = deliver
         self._dead_letter = dead_letter
         self._poll_timeout_s = poll_timeout_s
-        self._codec = codec_for(ControlTargets)
         self._stop = threading.Event()
         self.caught_up = threading.Event()
         self.failed: str | None = None
         self.counters: dict[str, int] = {}
-        self._thread = threading.Thread(target=self._run, name=f"targets-feed-{scope}",
+        self._thread = threading.Thread(target=self._run, name=f"{self.logical}-feed-{scope}",
                                         daemon=True)
 
     def start(self) -> None:
@@ -60,7 +59,7 @@ class TargetsFeed:
     def _run(self) -> None:
         try:
             consumer = kafka_clients.consumer(
-                self.kafka, f"surplus-client-{self.scope}-{uuid.uuid4().hex}",
+                self.kafka, f"surplus-client-{self.scope}-{self.logical}-{uuid.uuid4().hex}",
                 **{"enable.auto.commit": False, "enable.partition.eof": True,
                    "auto.offset.reset": "earliest"})
         except Exception as exc:  # a bad config must not take the ranking service down
@@ -93,7 +92,7 @@ class TargetsFeed:
             self._handle(msg)
 
     def _partitions(self, consumer: Consumer) -> list[int]:
-        """Every partition of the targets topic (waits for the metadata while it is missing)."""
+        """Every partition of the topic (waits for the metadata while it is missing)."""
         while not self._stop.is_set():
             try:
                 return kafka_clients.partitions(consumer, self.topic, timeout_s=5.0)
@@ -101,6 +100,33 @@ class TargetsFeed:
                 self._bump("topic_missing")
             self._stop.wait(1.0)
         return []
+
+    def _handle(self, msg: Message) -> None:
+        raise NotImplementedError
+
+    def _send_dead_letter(self, msg: Message, value: bytes, reason: str) -> None:
+        if self._dead_letter is None:
+            return
+        key = msg.key()
+        self._dead_letter(DeadLetter(
+            ts_ms=wall_ms(), source_topic=self.topic, partition=msg.partition() or 0,
+            offset=msg.offset() or 0, reason=reason[:2000],
+            key_b64=None if key is None else base64.b64encode(key).decode(),
+            value_b64=base64.b64encode(value).decode()))
+
+
+class TargetsFeed(CompactedFeed):
+    """Follows the targets topic for one scope."""
+
+    logical = "targets"
+
+    def __init__(self, kafka: KafkaSettings, scope: str,
+                 deliver: Callable[[ControlTargets], None],
+                 dead_letter: DeadLetterSink | None = None, poll_timeout_s: float = 0.1) -> None:
+        super().__init__(kafka, scope, dead_letter, poll_timeout_s)
+        self._key = scope.encode()
+        self._deliver = deliver
+        self._codec = codec_for(ControlTargets)
 
     def _handle(self, msg: Message) -> None:
         if msg.key() != self._key:
@@ -120,12 +146,50 @@ class TargetsFeed:
         self._bump("received")
         self._deliver(targets)
 
-    def _send_dead_letter(self, msg: Message, value: bytes, reason: str) -> None:
-        if self._dead_letter is None:
+
+class MembershipFeed(CompactedFeed):
+    """Follows the replicas topic: every replica's latest announcement, and its tombstone.
+
+    ``deliver(replica_id, announcement)`` gets None for a tombstone. Announcements of other
+    regions are delivered too (the membership set skips and counts them): the topic is keyed
+    by replica id, not scope. A value whose ``replica_id`` is not its key is dead-lettered: a
+    tombstone under the key would not remove it.
+    """
+
+    logical = "replicas"
+
+    def __init__(self, kafka: KafkaSettings, scope: str,
+                 deliver: Callable[[str, ReplicaAnnouncement | None], None],
+                 dead_letter: DeadLetterSink | None = None, poll_timeout_s: float = 0.1) -> None:
+        super().__init__(kafka, scope, dead_letter, poll_timeout_s)
+        self._deliver = deliver
+        self._codec = codec_for(ReplicaAnnouncement)
+
+    def _handle(self, msg: Message) -> None:
+        raw_key = msg.key()
+        value = msg.value()
+        if raw_key is None:
+            self._bump("no_key")
+            if value is not None:
+                self._send_dead_letter(msg, value, "ReplicaAnnouncement: message has no key "
+                                                   "(the replica id)")
             return
-        key = msg.key()
-        self._dead_letter(DeadLetter(
-            ts_ms=wall_ms(), source_topic=self.topic, partition=msg.partition() or 0,
-            offset=msg.offset() or 0, reason=reason[:2000],
-            key_b64=None if key is None else base64.b64encode(key).decode(),
-            value_b64=base64.b64encode(value).decode()))
+        key = raw_key.decode(errors="replace")
+        if value is None:
+            self._bump("tombstone")
+            self._deliver(key, None)
+            return
+        try:
+            announcement = self._codec.decode(value)
+        except ContractError as exc:
+            self._bump("decode_error")
+            self._send_dead_letter(msg, value, str(exc))
+            return
+        if announcement.replica_id != key:
+            self._bump("key_mismatch")
+            self._send_dead_letter(msg, value, f"ReplicaAnnouncement: `$.replica_id` is "
+                                               f"{announcement.replica_id!r} but the key is "
+                                               f"{key!r}")
+            return
+        self._bump("received")
+        self._deliver(key, announcement)

@@ -51,10 +51,10 @@ class Membership:
     """The replicas of one region, as the announcements describe them (see module docstring)."""
 
     def __init__(self, region: str | None = None,
-                 limits: MembershipLimits = MembershipLimits()) -> None:
+                 limits: MembershipLimits | None = None) -> None:
         """``region``: only replicas of this region are routed to (None: any region)."""
         self.region = region
-        self.limits = limits
+        self.limits = limits or MembershipLimits()
         self.counters: dict[str, int] = {}
         self._members: dict[str, _Member] = {}
         self._cache: dict[ModelKind, tuple[tuple[str, ...], int]] = {}
