@@ -12,6 +12,7 @@ fields and any key left out falls back to ``SURPLUS_KAFKA_*`` in the environment
 from __future__ import annotations
 
 import copy
+import socket
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -73,6 +74,12 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     targets_signing_key: str | None = None
     #: The same key read from a file (``surplus worker --signing-key-file``).
     targets_signing_key_file: str | None = None
+    #: The base URL clients reach this replica at, announced on the replicas topic (default:
+    #: ``http://{host}:{bound port}``, the host name where it binds every address).
+    advertise_url: Annotated[str, Meta(pattern=r"^https?://", max_length=500)] | None = None
+    #: How long a membership announcement holds: a replica killed outright leaves the clients'
+    #: routing set this long after its last renewal. Renewed every third of it.
+    membership_lease_s: Annotated[float, Meta(ge=0.3, le=120.0)] = 6.0
     kafka: dict[str, Any] | None = None
 
     @property
@@ -80,6 +87,15 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
         """The pool this replica belongs to (telemetry key, preemption match)."""
         return self.pool_id or "/".join(
             (self.region, self.service, self.model.name, self.accelerator, self.tier))
+
+    def endpoint(self, bound_port: int) -> str:
+        """The URL this replica announces (`advertise_url`, or where it listens)."""
+        if self.advertise_url is not None:
+            return self.advertise_url.rstrip("/")
+        host = self.host
+        if host in ("0.0.0.0", "::", ""):
+            host = socket.gethostname()
+        return f"http://{host}:{bound_port}"
 
     @property
     def whole_request_optional(self) -> bool:

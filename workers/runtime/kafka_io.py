@@ -8,6 +8,10 @@
 - **Preemption subscriber**: on a `PreemptionNotice` for this worker's pool (and this replica,
   or the whole pool) it stops optional work from this thread at once — admission and target
   state are thread-safe — and the reaction time from the notice's ``ts_ms`` is a histogram.
+- **Membership announcer**: once the worker serves (ready), a `ReplicaAnnouncement` keyed by
+  its replica id on the compacted replicas topic, renewed every third of its lease; the moment
+  a reclaim reaches it (a notice for it, SIGTERM) it says ``draining``, and on a clean stop it
+  leaves a tombstone. Clients route from these (``workers.client.membership_feed``).
 - **Telemetry publisher**: every report interval a `WindowReport`, keyed by scope (the region,
   like every input topic, so the control-plane process owning a scope gets all of its inputs).
 
@@ -20,6 +24,7 @@ the outage is counted, and librdkafka reconnects by itself when the brokers retu
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import threading
 import time
@@ -29,7 +34,7 @@ from typing import Any
 from schemas import kafka_clients
 from schemas.clock import wall_ms
 from schemas.codec import ContractError, codec_for, encode
-from schemas.contract import ControlTargets, DeadLetter, PreemptionNotice
+from schemas.contract import ControlTargets, DeadLetter, PreemptionNotice, ReplicaAnnouncement
 from schemas.kafka_clients import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -313,6 +318,97 @@ class TelemetryPublisher(threading.Thread):
             self.io.outage.down(str(err))
 
 
+class MembershipAnnouncer(threading.Thread):
+    """Announces this replica on the replicas topic; see the module docstring.
+
+    The state follows the worker's own: ``serving`` once it is ready, ``draining`` from the
+    moment it is reclaimed or stopping (``Worker.drain_listeners`` wake this thread, so the
+    announcement does not wait for the next renewal). Nothing is announced before the worker
+    first serves: a replica still loading its model is not one clients may call.
+    """
+
+    #: How often the worker's readiness is looked at while nothing wakes the thread.
+    CHECK_EVERY_S = 0.05
+
+    def __init__(self, io: KafkaIO) -> None:
+        super().__init__(name="surplus-kafka-membership", daemon=True)
+        self.io = io
+        self.worker = io.worker
+        self.topic = io.settings.topic("replicas")
+        self._key = self.worker.config.worker_id.encode()
+        self._stop_event = threading.Event()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self.announced: str | None = None
+        self.worker.drain_listeners.append(self._drain_changed)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self._wake.set()
+
+    def run(self) -> None:
+        config = self.worker.config
+        renew_s = config.membership_lease_s / 3.0
+        renew_at = 0.0
+        while not self._stop_event.is_set():
+            state = self._state()
+            if state is not None and (state != self.announced or time.monotonic() >= renew_at):
+                self.announce(state)
+                renew_at = time.monotonic() + renew_s
+            self._wake.wait(self.CHECK_EVERY_S)
+            self._wake.clear()
+
+    def _drain_changed(self) -> None:
+        """A reclaim or SIGTERM reached the worker: say ``draining`` now, on the thread that
+        learnt it, rather than at this thread's next look (clients stop routing here sooner)."""
+        if self.worker.draining and self.announced == "serving":
+            self.announce("draining")
+        self._wake.set()
+
+    def _state(self) -> str | None:
+        worker = self.worker
+        if worker.draining:
+            return "draining" if self.announced is not None else None
+        if worker.endpoint is None or not worker.readiness()[0]:
+            return None
+        return "serving"
+
+    def announce(self, state: str) -> None:
+        """Send one announcement now (any thread; the producer is thread-safe)."""
+        worker, config = self.worker, self.worker.config
+        endpoint = worker.endpoint
+        if endpoint is None:
+            return
+        now = worker.clock_ms()
+        deadline = worker.draining_deadline_ms if state == "draining" else None
+        announcement = ReplicaAnnouncement(
+            replica_id=config.worker_id, endpoint=endpoint, region=config.region,
+            pool_id=config.pool, tier=config.tier, model=config.model.name,
+            state=state, ts_ms=now,  # type: ignore[arg-type]
+            lease_expires_at_ms=now + int(config.membership_lease_s * 1000),
+            deadline_ms=deadline)
+        with self._lock:
+            try:
+                self.io.producer.produce(self.topic, key=self._key, value=encode(announcement))
+            except BufferError:
+                worker.metrics.announcements.labels("dropped").inc()
+                return
+            self.announced = state
+        self.io.producer.poll(0)
+        worker.metrics.announcements.labels(state).inc()
+
+    def withdraw(self) -> None:
+        """The tombstone of a clean stop: clients drop this replica without waiting for its
+        lease. Only a replica that announced itself leaves one."""
+        with self._lock:
+            if self.announced is None:
+                return
+            with contextlib.suppress(BufferError):
+                self.io.producer.produce(self.topic, key=self._key, value=None)
+                self.announced = None
+                self.worker.metrics.announcements.labels("tombstone").inc()
+
+
 class KafkaIO:
     """The three Kafka threads of one worker, sharing one producer and one outage tracker."""
 
@@ -331,11 +427,12 @@ class KafkaIO:
         self.targets = TargetsSubscriber(self)
         self.preemption = PreemptionSubscriber(self)
         self.telemetry = TelemetryPublisher(self)
+        self.membership = MembershipAnnouncer(self)
         self._started = time.monotonic()
 
     def start(self) -> None:
         self._started = time.monotonic()
-        for thread in (self.preemption, self.targets, self.telemetry):
+        for thread in (self.preemption, self.targets, self.telemetry, self.membership):
             thread.start()
 
     def publish_notice(self, notice: PreemptionNotice, timeout_s: float) -> bool:
@@ -348,11 +445,13 @@ class KafkaIO:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the threads, deliver what is queued (briefly: the brokers may be away), close."""
-        for thread in (self.preemption, self.targets, self.telemetry):
+        threads = (self.preemption, self.targets, self.telemetry, self.membership)
+        for thread in threads:
             thread.stop()
-        for thread in (self.preemption, self.targets, self.telemetry):
+        for thread in threads:
             if thread.is_alive():
                 thread.join(timeout_s)
+        self.membership.withdraw()
         if self.producer.flush(2.0):
             self.producer.purge()  # undeliverable now; their callbacks count them as failed
             self.producer.flush(0.5)

@@ -117,5 +117,8 @@ class WorkerMetrics:
                                    ["source"], registry=reg)
         self.reports = Counter("surplus_worker_window_reports",
                                "WindowReports published, by outcome", ["outcome"], registry=reg)
+        self.announcements = Counter("surplus_worker_membership_announcements",
+                                     "Membership announcements sent (replicas topic), by state "
+                                     "(serving, draining, tombstone)", ["state"], registry=reg)
         reg.register(_StateCollector(snapshot))
         register_standard_collectors(reg)

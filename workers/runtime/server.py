@@ -9,8 +9,9 @@ worker keeps serving. Every JSON response, errors included, carries the worker's
 the model loads), then the model and the inference thread, then Kafka. On a signal, in this
 order and within ``shutdown_grace_s``: it turns not-ready and refuses new requests; stops
 optional work at once; publishes a notice for itself with the grace period as its notice (an
-opportunistic replica: the control plane's fast path drops its share); finishes the baseline
-work in flight; flushes telemetry and exits.
+opportunistic replica: the control plane's fast path drops its share) and says ``draining``
+on the replicas topic (clients stop routing here); finishes the baseline work in flight;
+flushes telemetry, leaves its membership tombstone and exits.
 """
 
 from __future__ import annotations
@@ -179,6 +180,7 @@ async def serve(config: WorkerConfig, stop: asyncio.Event | None = None,
     site = web.TCPSite(runner, config.host, config.port)
     await site.start()
     port = runner.addresses[0][1]
+    worker.endpoint = config.endpoint(port)
     kafka = None
     try:
         await worker.start()

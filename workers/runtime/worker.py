@@ -102,6 +102,11 @@ class Worker:
         self.stopping = False
         #: Called in the Kafka thread right after optional work stopped: (notice, perf_ns).
         self.preemption_listeners: list[Callable[[PreemptionNotice, int], None]] = []
+        #: Called, on whichever thread made it, when the replica starts or stops draining (a
+        #: reclaim reached it, SIGTERM, or new targets resumed it): membership says so at once.
+        self.drain_listeners: list[Callable[[], None]] = []
+        #: The URL this replica serves at, once its port is bound (``server.serve``).
+        self.endpoint: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -127,6 +132,7 @@ class Worker:
             deadline_ms=now + int(cfg.shutdown_grace_s * 1000), accelerator=cfg.accelerator,
             accelerator_units=cfg.accelerator_units)
         self._stop_optional(notice)  # not a reclaim reaction: kept out of its metrics
+        self._drain_changed()
         return notice
 
     async def stop(self, timeout_s: float = 30.0) -> None:
@@ -302,6 +308,7 @@ class Worker:
         if resume:
             self.batcher.resume()
             self.draining_deadline_ms = None
+            self._drain_changed()
         return verdict
 
     def on_preemption(self, notice: PreemptionNotice) -> NoticeOutcome:
@@ -323,7 +330,17 @@ class Worker:
         if outcome == "applied":
             self.batcher.preempt()
             self.draining_deadline_ms = notice.deadline_ms
+            self._drain_changed()
         return outcome
+
+    @property
+    def draining(self) -> bool:
+        """Being reclaimed or stopping: clients must stop routing here (membership)."""
+        return self.stopping or self.draining_deadline_ms is not None
+
+    def _drain_changed(self) -> None:
+        for listener in self.drain_listeners:
+            listener()
 
     # -- observation -----------------------------------------------------------------------------
 
