@@ -24,6 +24,7 @@ from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings
 from surplus.control_cmd import control_plane
 from surplus.demo_cmd import demo
 from surplus.loadgen_cmd import loadgen
+from surplus.override_cmd import override_app
 from surplus.record_cmd import record
 from surplus.replay_cmd import replay
 from surplus.scheduler_cmd import scheduler
@@ -39,6 +40,7 @@ kafka_app = typer.Typer(no_args_is_help=True,
 topics_app = typer.Typer(no_args_is_help=True, help="The topic catalog on a cluster.")
 app.add_typer(kafka_app, name="kafka")
 app.add_typer(topics_app, name="topics")
+app.add_typer(override_app, name="override")
 # These two keep the prefixes their settings classes have always read (SURPLUS_CONTROL_*,
 # SURPLUS_WORKER_*); the other commands get SURPLUS_<COMMAND>_<OPTION>.
 app.command("control-plane",

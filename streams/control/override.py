@@ -17,6 +17,8 @@ clock of the caller (the tick's time live and in replay, so replay gives the sam
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 
 from schemas.contract import ControlTargets, OperatorOverride, RmaTarget, SbmTarget
@@ -55,8 +57,9 @@ def apply(override: OperatorOverride | None, now_ms: int, rma: RmaTarget, sbm: S
     return rma, sbm
 
 
-def describe(override: OperatorOverride) -> str:
-    """One line for logs and ``surplus override list``: what it does, until when, and why."""
+def describe(override: OperatorOverride, when: Callable[[int], str] = str) -> str:
+    """One line for logs and ``surplus override list``: what it does, until when (``when``
+    spells a time in ms: the CLI shows UTC), by whom and why."""
     if override.action == "clear":
         what = "clear"
     else:
@@ -67,5 +70,5 @@ def describe(override: OperatorOverride) -> str:
             parts.append(f"max_coverage={override.max_coverage:g}")
         what = " ".join(parts)
     by = f" by {override.by}" if override.by else ""
-    return (f"{override.scope}: {what} until {override.issued_at_ms + override.ttl_ms}"
+    return (f"{override.scope}: {what} until {when(override.issued_at_ms + override.ttl_ms)}"
             f"{by}: {override.reason}")

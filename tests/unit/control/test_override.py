@@ -1,4 +1,5 @@
-"""Operator overrides: the pure rule (``streams.control.override``) and the controller honouring it."""
+"""Operator overrides: the pure rule (``streams.control.override``), the contract, and the
+controller honouring them."""
 
 from __future__ import annotations
 
@@ -115,7 +116,7 @@ def test_a_v2_reader_refuses_operator_targets_and_reads_every_other_target() -> 
     assert decode(ControlTargets, encode(killed)) == killed  # a v3 reader takes it
 
 
-# -- the controller ---------------------------------------------------------------------------------
+# -- the controller -----------------------------------------------------------------------------
 
 
 def test_kill_publishes_baseline_only_at_once_and_holds_it_every_period() -> None:
