@@ -35,6 +35,10 @@ def loadgen(
     kafka: Annotated[bool, typer.Option(
         "--kafka/--no-kafka", help="Follow targets and publish outcomes (else baseline only).")]
     = True,
+    membership: Annotated[bool, typer.Option(
+        "--membership/--no-membership",
+        help="Route to the replicas announced on the replicas topic (needs Kafka); the "
+             "--*-url lists then serve only while none is live.")] = False,
     bootstrap: Bootstrap = None,
     prefix: Prefix = None,
 ) -> None:
@@ -48,8 +52,10 @@ def loadgen(
     from surplus.demo import plan
     from surplus.demo.loadgen import run_loadgen
 
-    if not baseline_url:
-        fail("give at least one --baseline-url (a ranking worker)")
+    if not baseline_url and not membership:
+        fail("give at least one --baseline-url (a ranking worker), or --membership")
+    if membership and not kafka:
+        fail("--membership reads the replicas topic: it needs --kafka")
     try:
         scn, base = plan.load(scenario)
         reg = plan.region_of(scn, region)
@@ -71,6 +77,7 @@ def loadgen(
             powerful_urls=list(powerful_url or []), kafka=settings, out=out,
             start_ms=start_at_ms if start_at_ms is not None else wall_ms(),
             duration_s=seconds, stop=stop, rate=rate, metrics_port=metrics_port,
+            membership=membership,
             metrics_host=metrics_host,
             say=lambda line: typer.echo(line))
 

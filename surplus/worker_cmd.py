@@ -34,6 +34,9 @@ def worker(
         help="A torch.export (.pt2) or TorchScript file instead of the reference model.")] = None,
     host: Annotated[str | None, typer.Option(help="HTTP bind address.")] = None,
     port: Annotated[int | None, typer.Option(help="HTTP port (0 picks a free one).")] = None,
+    advertise_url: Annotated[str | None, typer.Option(
+        help="Base URL clients reach this replica at, announced on the replicas topic "
+             "(default: http://HOST:PORT where it listens).")] = None,
     bootstrap: Bootstrap = None,
     prefix: Prefix = None,
     kafka: Annotated[bool | None, typer.Option(
@@ -55,7 +58,7 @@ def worker(
                                       "accelerator": accelerator, "model.name": model}.items()
                     if v is not None},
         "worker_id": worker_id, "model.path": model_path,
-        "host": host, "port": port,
+        "host": host, "port": port, "advertise_url": advertise_url,
         "targets_signing_key_file": str(signing_key_file) if signing_key_file else None}
     try:
         settings = load_config(config, overrides,

@@ -374,11 +374,12 @@ async def model_shape(url: str, timeout_s: float = 60.0) -> tuple[int, int]:
 
 
 def client_config(scenario: Scenario, region: RegionConfig, baseline_urls: list[str],
-                  powerful_urls: list[str]) -> ClientConfig:
+                  powerful_urls: list[str], membership: bool = False) -> ClientConfig:
     """The client's settings: the scenario's client policies, the region's deadlines."""
     part = scenario.client
     return ClientConfig(
-        scope=region.name, baseline_urls=baseline_urls, powerful_urls=powerful_urls,
+        scope=region.name, membership=membership, baseline_urls=baseline_urls,
+        powerful_urls=powerful_urls,
         default_deadline_ms=region.deadline_ms, baseline_timeout_ms=region.timeout_ms,
         powerful_deadline_share=part.powerful_deadline_share, rma_burst_s=part.rma_burst_s,
         seed=scenario.seed, limits=part.limits, router=part.router, shed=part.shed)
@@ -389,23 +390,44 @@ async def run_loadgen(scenario: Scenario, region: RegionConfig, base_dir: Path, 
                       kafka: KafkaSettings | None, out: Path, start_ms: int,
                       duration_s: float, stop: asyncio.Event, rate: float | None = None,
                       metrics_port: int = 0, metrics_host: str = "127.0.0.1",
+                      membership: bool = False,
                       say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Build the client and the arrivals, run them, return the summary (also in ``out``)."""
+    """Build the client and the arrivals, run them, return the summary (also in ``out``).
+
+    With ``membership`` the client routes to the replicas announced on the replicas topic
+    (the URL lists only while none is live), and the model's shape is asked of the first
+    ranking replica announced."""
     offsets = arrival_offsets_ms(region, scenario, base_dir, duration_s, rate)
-    num_dense, num_sparse = await model_shape(baseline_urls[0])
-    config = client_config(scenario, region, baseline_urls, powerful_urls)
+    config = client_config(scenario, region, baseline_urls, powerful_urls, membership)
     holder: dict[str, LoadGenerator] = {}
     client = RankingClient(config, kafka,
                            outcome_value=lambda req, resp: holder["g"].outcome_value(req, resp))
-    gen = LoadGenerator(scenario, region, client, offsets, out, num_dense=num_dense,
-                        num_sparse=num_sparse, metrics_port=metrics_port,
-                        metrics_host=metrics_host, say=say)
-    holder["g"] = gen
     await client.start()
     try:
+        first = baseline_urls[0] if baseline_urls else await _first_announced(client, 60.0)
+        num_dense, num_sparse = await model_shape(first)
+        gen = LoadGenerator(scenario, region, client, offsets, out, num_dense=num_dense,
+                            num_sparse=num_sparse, metrics_port=metrics_port,
+                            metrics_host=metrics_host, say=say)
+        holder["g"] = gen
+        where = ("the replicas announced on the replicas topic" if membership else
+                 f"{len(baseline_urls)} ranking and {len(powerful_urls)} powerful replicas")
         say(f"loadgen: {len(offsets)} requests over {duration_s:.0f}s "
-            f"(mean {len(offsets) / duration_s:.1f}/s) to {len(baseline_urls)} ranking and "
-            f"{len(powerful_urls)} powerful replicas")
+            f"(mean {len(offsets) / duration_s:.1f}/s) to {where}")
         return await gen.run(start_ms, stop)
     finally:
         await client.close()
+
+
+async def _first_announced(client: RankingClient, timeout_s: float) -> str:
+    """The URL of the first ranking replica the client's membership routes to."""
+    membership = client.membership
+    assert membership is not None, "membership is off"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        live = membership.routable("baseline", wall_ms())
+        if live:
+            return live[0]
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"no ranking replica announced itself on the replicas topic within "
+                       f"{timeout_s:.0f}s")

@@ -292,8 +292,8 @@ class Demo:
                                      change.worker_id, "started" if change.up else "reclaimed"))
 
     def _replica_up(self, worker_id: str) -> None:
-        """Capacity lent: a new replica process starts (clients retry elsewhere until it is
-        ready). One still draining from its last reclaim is waited for first."""
+        """Capacity lent: a new replica process starts (clients route to it once it announces
+        itself serving). One still draining from its last reclaim is waited for first."""
         child = self.children[worker_id]
         if child.alive():
             child.stop(signal.SIGTERM, 10.0)
@@ -337,9 +337,6 @@ class Demo:
         except (urllib.error.URLError, OSError):
             return False
 
-    def _url(self, worker_id: str) -> str:
-        return f"http://127.0.0.1:{self.ports.workers[worker_id]}"
-
     def _start_load(self) -> None:
         self.start_ms = wall_ms() + int(LEAD_S * 1000)
         self.end_ms = self.start_ms + int(self.opt.duration_s * 1000)
@@ -347,14 +344,11 @@ class Demo:
                     "--duration", str(self.opt.duration_s), "--start-at-ms", str(self.start_ms)]
         self._start("scheduler", ["scheduler", *timeline, "--metrics-port",
                                   str(self.ports.scheduler), *self._kafka_args()])
-        urls = []
-        for r in self.replicas:
-            if r.model == "baseline":
-                urls += ["--baseline-url", self._url(r.worker_id)]
-            else:
-                urls += ["--powerful-url", self._url(r.worker_id)]
+        # The load generator's client routes from the replicas topic: a reclaimed replica says
+        # it is draining when its notice arrives, before it goes; one starting is not there
+        # until it serves.
         rate = ["--rate", str(self.opt.rate)] if self.opt.rate else []
-        self._start("loadgen", ["loadgen", *timeline, *urls, *rate, "--out",
+        self._start("loadgen", ["loadgen", *timeline, "--membership", *rate, "--out",
                                 str(self.out / "loadgen"), "--metrics-port",
                                 str(self.ports.loadgen), *self._kafka_args()])
         self.pending = list(self.changes)

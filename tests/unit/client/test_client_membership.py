@@ -96,5 +96,5 @@ async def test_a_replica_whose_lease_ran_out_gets_no_calls_and_fixed_urls_take_o
 def test_a_client_with_no_urls_and_no_membership_is_refused_naming_both() -> None:
     import msgspec
 
-    with pytest.raises(msgspec.ValidationError, match="baseline_urls.*membership"):
+    with pytest.raises(msgspec.ValidationError, match=r"baseline_urls.*membership"):
         msgspec.convert({"scope": "eu1"}, ClientConfig)
