@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from schemas.topics import CATALOG
 from surplus import localkafka
 
 pytestmark = pytest.mark.kafka
@@ -49,9 +50,9 @@ def test_up_topics_apply_status_down_as_typed_by_hand(tmp_path: Path) -> None:
         assert again.returncode == 0 and "already running" in again.stdout
         applied = _surplus("topics", "apply", "--bootstrap", f"127.0.0.1:{port}")
         assert applied.returncode == 0, applied.stderr
-        assert applied.stdout.count("created") == 6
+        assert applied.stdout.count("created") == len(CATALOG)
         reapplied = _surplus("topics", "apply", "--bootstrap", f"127.0.0.1:{port}")
-        assert reapplied.returncode == 0 and reapplied.stdout.count("exists") == 6
+        assert reapplied.returncode == 0 and reapplied.stdout.count("exists") == len(CATALOG)
         mismatch = _surplus("topics", "apply", "--bootstrap", f"127.0.0.1:{port}",
                             "--partitions", "3")
         assert mismatch.returncode == 1 and "MISMATCH" in mismatch.stderr
@@ -73,7 +74,7 @@ def test_a_three_broker_cluster_replicates_topics_and_stops_as_one(tmp_path: Pat
         assert first.stdout.strip().splitlines()[-1] == bootstrap
         applied = _surplus("topics", "apply", "--bootstrap", bootstrap)
         assert applied.returncode == 0, applied.stderr
-        assert applied.stdout.count("(replication factor 3)") == 6
+        assert applied.stdout.count("(replication factor 3)") == len(CATALOG)
         replicas, min_insync = _replication_of(bootstrap, "surplus.targets")
         assert replicas == {3} and min_insync == "2"
         status = _surplus("kafka", "status", "--data-dir", data)
