@@ -5,8 +5,11 @@ a multiplier in [0, 1] on its optional work (RMA extra candidates and SBM covera
 waiting for the control loop:
 
 - cut fast (multiplicative) when servers struggle: queue delay over the bound, a shedding level
-  above 0 (a worker's queue grows, or its baseline surges and it holds optional work back), a
-  preempted replica, or a failed or timed-out call. Signals arriving together (many
+  of 2 or 3 (a worker's queue is half way to its bound or past it), a preempted replica, or a
+  failed or timed-out call. Level 1 (a queue a quarter of the way, or a baseline surge the
+  worker's own admission is already making room for) holds the allowance: it stops growing,
+  but a busy replica is not an overloaded one, and cutting there took extra candidates from
+  replicas with room for them. Signals arriving together (many
   responses from one overload episode) count as one cut per `cut_window_ms`, the deepest of them,
   like TCP's one cut per round trip, so one bad moment does not zero the allowance;
 - recover slowly (additive, per second of time) once no cut happened for `cut_window_ms`.
@@ -51,8 +54,8 @@ class ShedConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     max_in_flight: Annotated[int, Meta(ge=0)] = 0
     #: Multiplier applied per cut for: queue delay over bound / in-flight over bound.
     overload_factor: Factor = 0.5
-    #: Multipliers for worker shedding levels 1, 2 and 3.
-    level_factors: tuple[Factor, Factor, Factor] = (0.8, 0.6, 0.3)
+    #: Multipliers for worker shedding levels 1, 2 and 3 (1: hold, stop growing, cut nothing).
+    level_factors: tuple[Factor, Factor, Factor] = (1.0, 0.6, 0.3)
     #: Multiplier when a worker reports it is being preempted.
     preempted_factor: Factor = 0.25
     #: Multiplier on a failed or timed-out call.
@@ -122,6 +125,9 @@ class ClientShedder:
 
     def _cut(self, factor: float, reason: str, now_ms: int) -> None:
         self.counters[reason] = self.counters.get(reason, 0) + 1
+        if factor >= 1.0:
+            self._hold(now_ms)
+            return
         cfg = self.config
         start = self._window_start_ms
         if start is not None and now_ms < start + cfg.cut_window_ms:
@@ -134,6 +140,18 @@ class ClientShedder:
             self.counters["cuts"] = self.counters.get("cuts", 0) + 1
         self._allowance = max(self._window_base * self._window_factor, cfg.floor)
         self._since_ms = now_ms
+
+    def _hold(self, now_ms: int) -> None:
+        """A signal with a factor of 1: the allowance stops growing for one cut window (a busy
+        replica: more would not fit, less is not needed). A cut in that window still cuts."""
+        start = self._window_start_ms
+        if start is not None and now_ms < start + self.config.cut_window_ms:
+            return
+        allowance = self.allowance(now_ms)
+        if allowance < 1.0:
+            self._window_base, self._window_start_ms, self._window_factor = (
+                allowance, now_ms, 1.0)
+            self._allowance, self._since_ms = allowance, now_ms
 
 
 def extra_candidates(eff: EffectiveTargets, allowance: float, available_candidates: int) -> int:

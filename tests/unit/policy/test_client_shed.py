@@ -174,3 +174,20 @@ def test_budget_bucket_rate_change_keeps_tokens_within_new_burst() -> None:
     assert bucket.take(50, T0 + 60_000) == 0
     with pytest.raises(ValueError, match="rate_per_s"):
         bucket.set_rate(float("nan"), 1.0)
+
+
+def test_a_busy_replica_holds_the_allowance_where_it_is_without_cutting_it() -> None:
+    shed = ClientShedder(ShedConfig(recover_per_s=1.0, cut_window_ms=100))
+    shed.observe(_state(shedding_level=1), T0)
+    assert shed.allowance(T0) == 1.0 and "cuts" not in shed.counters
+    shed.observe(_state(shedding_level=2), T0 + 200)         # cut to 0.6
+    shed.observe(_state(shedding_level=1), T0 + 400)         # 0.7 by now: held there
+    assert shed.allowance(T0 + 450) == pytest.approx(0.7)    # no growth in the hold's window
+    assert shed.allowance(T0 + 600) == pytest.approx(0.8)    # grows again after it
+    assert shed.counters == {"shedding_level_1": 2, "shedding_level_2": 1, "cuts": 1}
+
+
+def test_the_powerful_pools_queue_is_judged_by_its_level_not_the_ranking_bound() -> None:
+    shed = ClientShedder(ShedConfig(queue_delay_bound_ms=20.0), judge_queue_delay=False)
+    shed.observe(_state(queue_delay_ms=50.0), T0)
+    assert shed.allowance(T0) == 1.0 and shed.counters == {}
