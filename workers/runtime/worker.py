@@ -322,6 +322,7 @@ class Worker:
         self.metrics.preemptions.inc()
         for listener in self.preemption_listeners:
             listener(notice, stopped_ns)
+        self._drain_changed()  # after the reaction is measured: optional work stopped first
         return "applied"
 
     def _stop_optional(self, notice: PreemptionNotice) -> NoticeOutcome:
@@ -330,7 +331,6 @@ class Worker:
         if outcome == "applied":
             self.batcher.preempt()
             self.draining_deadline_ms = notice.deadline_ms
-            self._drain_changed()
         return outcome
 
     @property
