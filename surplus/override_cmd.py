@@ -151,8 +151,8 @@ def override_set(
 @override_app.command("clear")
 def override_clear(scope: Scope, reason: Reason, ttl: Ttl = "1d", by: By = None,
                    bootstrap: Bootstrap = None, prefix: Prefix = None) -> None:
-    """Lift the scope's override; the loop climbs back from what it allowed, period by period.
-    (A clear's TTL only says how long `override list` shows it.)"""
+    """Lift the scope's override from the next period (a clear's TTL only says how long
+    `override list` shows it)."""
     try:
         ttl_ms = parse_ttl(ttl)
     except ValueError as exc:

@@ -253,8 +253,9 @@ class ScopeController:
         last = self._last_targets
         resumed = ceiling is None and last is not None and last.reason == "operator"
         if resumed and last is not None and not operator.active(self._override, now_ms):
-            # The override lapsed or was cleared: climb back from what it allowed, as after a
-            # restart, not jump to what the loop would have done meanwhile.
+            # The override lapsed or was cleared: this period is held to what it allowed, as
+            # the first after a restart (its window was measured under the override); from the
+            # next the usual rules apply, the held point of a lever it cut included.
             ceiling = (float(last.rma.extra_candidates), last.sbm.coverage,
                        last.rma.budget_units_per_s)
         budget = (rma_budget(allocation, cfg.rma, rma_rate)

@@ -19,6 +19,7 @@ from schemas.contract import (
 from streams.control import override as operator
 from streams.control.controller import ScopeController, ScopeMismatch, decode_state, encode_state
 from streams.control.dispatch import RULES, dispatch
+from tests.unit.control.factories import POWERFUL_POOL, RANK_POOL, notice
 from tests.unit.control.test_controller import CONFIG, PERIOD_MS, granted, run
 
 HOUR_MS = 3_600_000
@@ -142,7 +143,8 @@ def test_a_cap_waits_for_the_next_period() -> None:
     assert capped.rma.limited_by == "operator"
 
 
-def test_after_a_clear_or_the_ttl_the_loop_climbs_back_from_what_the_override_allowed() -> None:
+def test_after_a_clear_or_the_ttl_one_period_is_held_to_the_override_then_the_loop_resumes(
+) -> None:
     for lift in ("clear", "ttl"):
         c = granted()
         t, _ = run(c, 0, 4)
@@ -195,3 +197,25 @@ def test_same_overrides_give_byte_identical_targets() -> None:
         return out
 
     assert trace() == trace()
+
+
+def test_freeze_holds_the_targets_while_the_loop_would_move_and_a_preemption_still_cuts() -> None:
+    c = granted()
+    t, held = run(c, 0, 3)
+    c.on_override(ov(issued_at_ms=t, freeze=True), t)
+    t, frozen = run(c, t, 3)  # the loop alone would keep climbing here
+    assert (frozen.reason, frozen.rma.extra_candidates, frozen.sbm.coverage) == (
+        "operator", held.rma.extra_candidates, held.sbm.coverage)
+    cut = c.on_preemption(notice(POWERFUL_POOL, ts_ms=t), t)
+    assert cut.sbm.coverage == 0.0
+    _, after = run(c, t, 1)
+    assert after.reason == "operator" and after.sbm.coverage == 0.0  # holds the cut
+
+
+def test_a_preemption_under_a_cap_never_raises_past_it() -> None:
+    c = granted()
+    t, _ = run(c, 0, 6)
+    c.on_override(ov(issued_at_ms=t, max_extra=2), t)
+    t, capped = run(c, t, 1)
+    fast = c.on_preemption(notice(RANK_POOL, ts_ms=t, replicas=("w1",)), t)
+    assert fast.rma.extra_candidates <= capped.rma.extra_candidates <= 2
