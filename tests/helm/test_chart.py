@@ -87,8 +87,8 @@ def test_every_variable_the_chart_sets_is_read_by_its_command(
     agent = {f"SURPLUS_CAPACITY_AGENT_{o.upper()}" for o in _options("capacity-agent")}
     topics = {"SURPLUS_TOPICS_APPLY_PARTITIONS", "SURPLUS_TOPICS_APPLY_REPLICATION_FACTOR"}
     kafka = {f"SURPLUS_KAFKA_{f.upper()}" for f in KafkaSettings.model_fields}
-    known = control | worker | agent | topics | kafka | {"SURPLUS_LOG_FORMAT", "POD_NAME", "POD_IP", "HOME",
-                                                 "OMP_NUM_THREADS"}
+    known = control | worker | agent | topics | kafka | {
+        "SURPLUS_LOG_FORMAT", "POD_NAME", "POD_IP", "HOME", "OMP_NUM_THREADS"}
     set_here = {e["name"] for kind in ("StatefulSet", "Deployment", "Job")
                 for c in _containers(manifests, kind) for e in c.get("env", [])}
     assert set_here - known == set()
