@@ -139,7 +139,7 @@ async def _measure(settings: KafkaSettings, notices: int, warmup: int, gap_s: fl
     kafka.start()
     stopped: dict[str, int] = {}
     worker.preemption_listeners.append(lambda n, ns: stopped.__setitem__(n.notice_id, ns))
-    producer = kafka_clients.producer(settings, **{"linger.ms": 0, "socket.nagle.disable": True})
+    producer = kafka_clients.notice_producer(settings)
     raw: _RawReceiver | None = None
     stop_load = asyncio.Event()
     load = asyncio.create_task(_load(worker, load_rps, stop_load))

@@ -60,8 +60,8 @@ class Scheduler:
         self.metrics = SchedulerMetrics()
         if metrics_port:
             start_http_server(metrics_port, addr=metrics_host, registry=self.metrics.registry)
-        self._producer = kafka_clients.producer(kafka, **{"client.id": "surplus-scheduler",
-                                                          "linger.ms": 0})
+        self._producer = kafka_clients.notice_producer(kafka,
+                                                       **{"client.id": "surplus-scheduler"})
         self._outbox = Outbox()
 
     def run(self, stop: threading.Event, end_ms: int | None = None) -> SchedulerStats:

@@ -49,7 +49,7 @@ class NoticeSender:
 
     def __init__(self, kafka: KafkaSettings, client_id: str) -> None:
         self.kafka = kafka
-        self.producer = kafka_clients.producer(kafka, **{"client.id": client_id})
+        self.producer = kafka_clients.notice_producer(kafka, **{"client.id": client_id})
 
     def send(self, notice: PreemptionNotice, timeout_s: float = 10.0) -> bool:
         """True once the broker acknowledged ``notice``."""
