@@ -50,10 +50,11 @@ def parse_ttl(text: str) -> int:
 def publish(settings: KafkaSettings, override: OperatorOverride,
             timeout_s: float = 15.0) -> tuple[int, int]:
     """Write ``override`` keyed by its scope and wait for the cluster's acknowledgement;
-    the partition and offset it got."""
-    from schemas.kafka_clients import producer
+    the partition and offset it got. Sent as a preemption notice is (no linger, no Nagle): a
+    kill is as urgent."""
+    from schemas.kafka_clients import notice_producer
 
-    out = producer(settings)
+    out = notice_producer(settings)
     answer: list[tuple[int, int] | Exception] = []
 
     def delivered(err: object, msg: object) -> None:
