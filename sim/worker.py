@@ -259,9 +259,9 @@ class SimWorker:
             self.admission.count_shed(refusal, sent)
             self.record(0.0, False, sent, 0)  # as the live worker answers its 503
             return False
-        due = int(now + deadline_ms)
-        req.opt_units = self.admission.fit_whole(req.base, req.extra, due, now)
-        admitted = self.admission.admit_optional((req, WHOLE), req.value, due, now,
+        req.opt_units = self.admission.fit_whole(req.base, req.extra)
+        admitted = self.admission.admit_optional((req, WHOLE), req.value,
+                                                 int(now + deadline_ms), now,
                                                  units=req.base + req.opt_units)
         if admitted:
             self.advance(now)
@@ -332,7 +332,8 @@ class SimWorker:
         """A request this replica answered, recorded as the live worker records its response:
         the rows the client sent, and the optional units done."""
         if req.powerful_done:
-            self.record(req.opt_latency, False, req.base + req.extra, req.base + req.opt_units)
+            kept = req.base + req.opt_units  # the rows it cost, as the live worker records
+            self.record(req.opt_latency, False, kept, kept)
         else:
             done = req.opt_units if req.opt_done else 0
             sent = req.base + (0 if req.fell_back else req.extra)

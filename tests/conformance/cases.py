@@ -125,9 +125,9 @@ CASES: tuple[Case, ...] = (
     Case("a powerful replica queues a whole request to its deadline, past the ranking bound", (
         Targets(1, extra=0, coverage=0.5), Rank(20, 20), Report()), model="powerful",
         ms_per_unit=1.0, max_queue_delay_ms=10.0),
-    Case("a powerful replica keeps the extras that fit the deadline and serves the request", (
-        Targets(1, extra=0, coverage=0.5), Rank(20, 200), Report()), model="powerful",
-        ms_per_unit=30.0, max_queue_delay_ms=10.0),
+    Case("a powerful replica serves the base and keeps the extras that fit the queue bound", (
+        Targets(1, extra=0, coverage=0.5), Rank(4, 200), Report()), model="powerful",
+        ms_per_unit=1.0, max_queue_delay_ms=10.0),
     Case("powerful replica: whole requests, refused while baseline only", (
         Rank(4, 4), Targets(1, extra=0, coverage=0.5), Rank(4, 4), Rank(6, 2),
         Notice("p1"), Rank(4, 4), Report()), model="powerful"),

@@ -488,17 +488,20 @@ class Admission(Generic[T]):
             self.count_shed("overload", units - fits)
         return fits
 
-    def fit_whole(self, base: int, extra: int, deadline_ms: int, now_ms: int) -> int:
+    def fit_whole(self, base: int, extra: int) -> int:
         """How many of a whole request's ``extra`` candidates to serve with its ``base`` ones:
-        those that keep the queue's predicted wait, this request included, within the bound
-        the request will be judged by once admitted. Trimming its extras keeps the request,
-        and the better model's gain, where refusing it whole for carrying more than fits would
-        send it back to the baseline pool with nothing. The rest are counted as shed for
-        ``overload``. A request whose base alone does not fit is left to admission."""
+        those that keep the queue's predicted wait, this request included, under
+        ``max_queue_delay_ms``, as extra candidates are everywhere. Only the request's base
+        rides the longer deadline bound of a whole-request replica: its extras are RMA work
+        at the powerful model's price per candidate, so they take the replica's idle time and
+        give way to other requests' base when it is busy (serving more requests with the
+        powerful model is worth more than more candidates on fewer of them). Trimming keeps
+        the request where refusing it whole for carrying more than fits would send it back to
+        the baseline pool with nothing. The rest are counted as shed for ``overload``; a
+        request whose base alone does not fit is left to admission."""
         if extra <= 0:
             return 0
-        bound = (self._whole_bound(self._next_horizon(deadline_ms, now_ms))
-                 if self.whole_requests else self.config.max_queue_delay_ms)
+        bound = self.config.max_queue_delay_ms
         ahead = self._baseline_units + self._optional_units + self.in_flight_units + base
         low, high = 0, extra
         while low < high:  # the most extras whose drain time stays within the bound

@@ -177,12 +177,11 @@ class Batcher:
         with self._cond:
             return self.admission.fit_optional(units)
 
-    def fit_whole(self, base: int, extra: int, deadline_ms: float) -> int:
-        """Of a whole request's `extra` candidates, those to serve with its `base` ones, due
-        within ``deadline_ms`` from now (`Admission.fit_whole`)."""
+    def fit_whole(self, base: int, extra: int) -> int:
+        """Of a whole request's `extra` candidates, those to serve with its `base` ones
+        (`Admission.fit_whole`)."""
         with self._cond:
-            now = self._now()
-            return self.admission.fit_whole(base, extra, now + max(1, int(deadline_ms)), now)
+            return self.admission.fit_whole(base, extra)
 
     def count_shed(self, reason: ShedReason, units: int) -> None:
         with self._cond:

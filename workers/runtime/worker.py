@@ -176,7 +176,7 @@ class Worker:
     async def _serve_whole(self, req: RankRequest, dense: np.ndarray, sparse: np.ndarray,
                            effective: EffectiveTargets, started: float) -> RankResponse:
         """SBM: the request is one unit of optional work, its base candidates done or not at
-        all; its extra candidates are trimmed to what fits its deadline.
+        all; its extra candidates are trimmed to what fits (`Admission.fit_whole`).
 
         Not doing it raises :class:`OptionalShed` (HTTP 503), never a 200 without the baseline
         candidates' scores, so the client always falls back to the baseline pool.
@@ -188,7 +188,7 @@ class Worker:
             self.window.record(0.0, False, n, 0)
             raise OptionalShed(reason)
         base_n = min(req.base_count, n)
-        kept = base_n + self.batcher.fit_whole(base_n, n - base_n, req.deadline_ms)
+        kept = base_n + self.batcher.fit_whole(base_n, n - base_n)
         if kept < n:
             sparse = sparse[:kept]
         try:
@@ -204,7 +204,7 @@ class Worker:
             raise ModelFailure(str(exc)) from None
         elapsed = time.perf_counter() - started
         self.metrics.latency.labels("optional").observe(elapsed)
-        self.window.record(elapsed * 1000.0, False, n, kept)
+        self.window.record(elapsed * 1000.0, False, kept, kept)  # the rows it cost
         self.metrics.requests.labels("ok").inc()
         return RankResponse(
             request_id=req.request_id, model=self.config.model.name, scores=scores.tolist(),

@@ -211,22 +211,23 @@ def test_a_whole_request_bound_is_never_below_the_configured_one() -> None:
     assert adm.delay_bound_ms == CFG.max_queue_delay_ms
 
 
-def test_a_whole_request_keeps_the_extras_that_fit_its_deadline_and_is_then_admitted() -> None:
+def test_a_whole_requests_extras_fit_under_the_queue_bound_its_base_under_the_deadline() -> None:
     adm: Admission[str] = Admission(CFG, whole_requests=True)
-    kept = adm.fit_whole(base=4, extra=100, deadline_ms=40, now_ms=0)
-    assert kept == 36                                    # 40 ms at 1 ms per unit, 4 of base
-    assert adm.shed_units == {"overload": 64}
+    kept = adm.fit_whole(base=4, extra=100)
+    assert kept == 6                                     # 10 ms bound at 1 ms per unit, 4 of base
+    assert adm.shed_units == {"overload": 94}
     assert adm.admit_optional("r", value=1.0, deadline_ms=40, now_ms=0, units=4 + kept)
-    assert adm.shed_units == {"overload": 64}            # nothing more shed at the door
+    assert adm.admit_optional("next", value=1.0, deadline_ms=40, now_ms=0, units=20)
+    assert adm.shed_units == {"overload": 94}            # bases queue to the 40 ms deadline
 
 
-def test_a_whole_requests_extras_fit_behind_the_queue_and_none_when_its_base_does_not() -> None:
+def test_a_whole_requests_extras_fit_behind_the_queue_and_none_when_it_is_long() -> None:
     adm: Admission[str] = Admission(CFG, whole_requests=True)
-    adm.admit_optional("first", value=1.0, deadline_ms=40, now_ms=0, units=10)
-    assert adm.fit_whole(base=4, extra=100, deadline_ms=40, now_ms=0) == 26
-    adm.admit_optional("second", value=1.0, deadline_ms=40, now_ms=0, units=28)
-    assert adm.fit_whole(base=4, extra=5, deadline_ms=40, now_ms=0) == 0
-    assert adm.fit_whole(base=4, extra=0, deadline_ms=40, now_ms=0) == 0
+    adm.admit_optional("first", value=1.0, deadline_ms=40, now_ms=0, units=3)
+    assert adm.fit_whole(base=4, extra=100) == 3
+    adm.admit_optional("second", value=1.0, deadline_ms=40, now_ms=0, units=20)
+    assert adm.fit_whole(base=4, extra=5) == 0
+    assert adm.fit_whole(base=4, extra=0) == 0
 
 
 def test_optional_room_is_what_fits_behind_baseline_and_in_flight_work() -> None:
