@@ -103,9 +103,6 @@ class RankingClient:
         self._rank_urls: dict[tuple[str, ...], tuple[str, ...]] = {}
         if config.membership:
             self.membership = Membership(config.scope, config.membership_limits)
-            # SBM routing is on: the powerful replicas are the ones announced (the decider
-            # otherwise turns it on only for a fixed powerful list).
-            self.decider._sbm = True
         #: Replicas that refused or dropped a connection, skipped until this perf_counter time.
         self._down_until: dict[str, float] = {}
         self._session: aiohttp.ClientSession | None = None

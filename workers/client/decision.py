@@ -45,7 +45,9 @@ class Decider:
             "powerful": ClientShedder(config.shed, judge_queue_delay=False)}
         self.budget = BudgetBucket(0.0, 0.0)
         self.counters: Counters = {}
-        self._sbm = bool(config.powerful_urls)
+        #: SBM routing is on when there are powerful replicas to route to: a fixed list, or
+        #: those announced on the replicas topic (membership).
+        self._sbm = bool(config.powerful_urls) or config.membership
         self._eff: EffectiveTargets | None = None
 
     def decide(self, segment: str, available_extra: int, now_ms: int) -> Decision:
