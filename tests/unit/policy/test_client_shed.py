@@ -176,8 +176,9 @@ def test_budget_bucket_rate_change_keeps_tokens_within_new_burst() -> None:
         bucket.set_rate(float("nan"), 1.0)
 
 
-def test_a_busy_replica_holds_the_allowance_where_it_is_without_cutting_it() -> None:
-    shed = ClientShedder(ShedConfig(recover_per_s=1.0, cut_window_ms=100))
+def test_a_level_with_factor_one_holds_the_allowance_where_it_is_without_cutting_it() -> None:
+    shed = ClientShedder(ShedConfig(recover_per_s=1.0, cut_window_ms=100,
+                                    level_factors=(1.0, 0.6, 0.3)))
     shed.observe(_state(shedding_level=1), T0)
     assert shed.allowance(T0) == 1.0 and "cuts" not in shed.counters
     shed.observe(_state(shedding_level=2), T0 + 200)         # cut to 0.6
