@@ -12,8 +12,8 @@ waiting for the control loop:
   a replica process starting or stopping beside it (the 40 s demo had one SLA-violation
   window in each of three runs with it), so level 1 still cuts by default. Signals arriving
   together (many responses from one overload episode) count as one cut per `cut_window_ms`,
-  the deepest of them,
-  like TCP's one cut per round trip, so one bad moment does not zero the allowance;
+  the deepest of them, like TCP's one cut per round trip, so one bad moment does not zero
+  the allowance;
 - recover slowly (additive, per second of time) once no cut happened for `cut_window_ms`.
 
 Baseline work is outside its reach: the allowance only scales optional work. Also here, the RMA
