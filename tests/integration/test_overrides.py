@@ -36,7 +36,10 @@ from tests.integration.test_control_plane import PERIOD_S, _grant, _reports, _st
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 runner = CliRunner()
-KILL_BOUND_S = 2.0
+#: The goal is 1 s (0.15-0.7 s on a quiet machine, printed by these tests with -s); the bound
+#: asserted leaves room for a loaded two-core CI machine, where the whole suite runs at once
+#: and a kill once took longer than 2 s to reach a running worker.
+KILL_BOUND_S = 5.0
 
 
 def _override(kafka: KafkaSettings, *args: str) -> str:
