@@ -131,6 +131,7 @@ class LoadGenerator:
         self._cdf = np.cumsum(shares / shares.sum())
         self._rng = np.random.default_rng(scenario.seed + 1)
         self._noise = np.random.default_rng(scenario.seed + 2)
+        self._bank = self._candidate_bank()
         self.metrics = LoadMetrics()
         if metrics_port:
             start_http_server(metrics_port, addr=metrics_host, registry=self.metrics.registry)
@@ -188,11 +189,17 @@ class LoadGenerator:
         value = max(0.0, float(rng.normal(seg.value, seg.value_noise)))
         dense = rng.standard_normal(self.num_dense).round(4).tolist()
         n = self.region.base_candidates + self.region.max_extra_candidates
-        sparse = rng.integers(0, 2**31 - 1, size=(n, self.num_sparse)).tolist()
-        priors = np.sort(rng.random(n))[::-1].round(4).tolist()
-        candidates = [Candidate(id=i * 10_000 + j, sparse=sparse[j], prior=priors[j])
-                      for j in range(n)]
-        return seg, value, dense, candidates
+        start = int(rng.integers(0, len(self._bank) - n + 1))
+        return seg, value, dense, self._bank[start:start + n]
+
+    def _candidate_bank(self) -> list[Candidate]:
+        """Candidates drawn once, which each request takes a random run of: drawing thousands
+        of candidates per request in Python would cost the load generator more CPU than the
+        extra candidates cost the workers (the candidate ids a retrieval stage would send)."""
+        n = 2 * (self.region.base_candidates + self.region.max_extra_candidates)
+        sparse = self._rng.integers(0, 2**31 - 1, size=(n, self.num_sparse)).tolist()
+        priors = self._rng.random(n).round(4).tolist()
+        return [Candidate(id=j, sparse=sparse[j], prior=priors[j]) for j in range(n)]
 
     async def _one(self, i: int, offset: float) -> None:
         seg, value, dense, candidates = self._request(i)
