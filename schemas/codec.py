@@ -10,7 +10,7 @@ from typing import Annotated, Any, Generic, TypeVar
 
 import msgspec
 
-from schemas.contract import EVENT_TYPES, READABLE_VERSIONS, Event, WindowReport
+from schemas.contract import EVENT_TYPES, READABLE_VERSIONS, Event, RoutingOutcome, WindowReport
 
 E = TypeVar("E", bound=Event)
 
@@ -128,6 +128,49 @@ def decode_telemetry(payload: bytes | bytearray | memoryview | str) -> list[Wind
             raise ContractError("WindowReport", f"unknown schema version {report.v} at "
                                                 f"`$[{i}].v`")
     return reports
+
+
+OUTCOMES_BATCH_MAX = 10_000
+_outcomes_decoder = msgspec.json.Decoder(
+    RoutingOutcome
+    | Annotated[list[RoutingOutcome], msgspec.Meta(max_length=OUTCOMES_BATCH_MAX)],
+    strict=True)
+
+
+def decode_outcomes(payload: bytes | bytearray | memoryview | str) -> list[RoutingOutcome]:
+    """An outcomes value: one decision record (a JSON object) or a client's batch of them (a
+    JSON array), each checked as strictly as a single one. A busy client sends batches, so
+    the control plane pays its per-message cost once per batch, not once per request."""
+    name = "RoutingOutcome"
+    if payload is None:
+        raise ContractError(name, "empty payload (null value)")
+    if isinstance(payload, str):
+        payload = payload.encode()
+    elif isinstance(payload, memoryview):
+        payload = payload.tobytes()
+    if len(payload) > TELEMETRY_MAX_BYTES:
+        raise ContractError(name, f"payload of {len(payload)} bytes exceeds the "
+                                  f"{TELEMETRY_MAX_BYTES}-byte limit")
+    if len(payload) <= DEFAULT_MAX_BYTES and payload.lstrip()[:1] != b"[":
+        return [codec_for(RoutingOutcome).decode(payload)]
+    try:
+        decoded = _outcomes_decoder.decode(payload)
+    except msgspec.ValidationError as exc:
+        raise ContractError(name, str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise ContractError(name, f"malformed JSON ({exc})") from None
+    except RecursionError:
+        raise ContractError(name, "JSON nested too deeply") from None
+    records = decoded if isinstance(decoded, list) else [decoded]
+    for i, record in enumerate(records):
+        if record.v not in SUPPORTED_VERSIONS:
+            raise ContractError(name, f"unknown schema version {record.v} at `$[{i}].v`")
+    return records
+
+
+def encode_outcomes(records: list[RoutingOutcome]) -> bytes:
+    """A batch of decision records as one outcomes value (a JSON array)."""
+    return _encoder.encode(records)
 
 
 def encode_telemetry(reports: list[WindowReport]) -> bytes:

@@ -18,8 +18,12 @@ SCHEMA_VERSION = 2
 #: the operator's overrides and the targets' reason ``operator``: only messages that use them are
 #: written as v3 (`OPERATOR_VERSION`), everything else stays v2, so a v2 reader keeps reading
 #: all it read before and refuses an operator's targets as an unknown version: baseline only.
-READABLE_VERSIONS = frozenset({1, 2, 3})
+#: v4 turned RoutingOutcome into a decision record (lever choices, the router's propensity,
+#: holdout; the value may come later on the labels topic) and added OutcomeLabel: both are
+#: written as v4 (`DECISION_VERSION`); every older RoutingOutcome is a valid v4 one.
+READABLE_VERSIONS = frozenset({1, 2, 3, 4})
 OPERATOR_VERSION = 3
+DECISION_VERSION = 4
 
 NonNegInt = Annotated[int, Meta(ge=0)]
 NonNegFloat = Annotated[float, Meta(ge=0.0)]
@@ -218,15 +222,44 @@ class OperatorOverride(Event, frozen=True, kw_only=True):
 
 
 class RoutingOutcome(Event, frozen=True, kw_only=True):
-    """A client's observed value for one routed request (outcomes topic, keyed by segment)."""
+    """A decision record: what a client did for one served request (outcomes topic, keyed by
+    scope; a client sends them in batches, a JSON array per message).
 
+    v4 made it the decision half of a join: the lever choices (``extra`` candidates sent,
+    ``model``), the probability with which the router chose that model (``propensity``),
+    whether that was exploration and whether the request was in the randomized holdout (no
+    optional work). ``value`` is set only when the client knew the outcome at response time;
+    otherwise the outcome arrives later as an `OutcomeLabel` with the same ``request_id``.
+    A v1-v3 message (value always set) is a valid v4 one.
+    """
+
+    v: int = DECISION_VERSION
     ts_ms: TimestampMs
     scope: Name
     request_id: Name
     segment: Name
     model: ModelKind
-    value: Annotated[float, Meta(ge=-1e6, le=1e6)]
+    value: Annotated[float, Meta(ge=-1e6, le=1e6)] | None = None
     explored: bool = False
+    extra: Annotated[int, Meta(ge=0, le=10_000)] = 0
+    """Extra candidates sent with the request (RMA)."""
+    propensity: Annotated[float, Meta(gt=0.0, le=1.0)] = 1.0
+    """P(the router picks ``model``) for this request: the logged propensity."""
+    holdout: bool = False
+    """In the randomized holdout (request-id hash): no optional work, whatever the targets."""
+
+
+class OutcomeLabel(Event, frozen=True, kw_only=True):
+    """The outcome of one request (click, conversion, watch time), arriving late, out of order
+    or never (labels topic, keyed by ``request_id``, written to the partition of its scope:
+    `schemas.topics.scope_partition`, so it meets its decision in the same process)."""
+
+    v: int = DECISION_VERSION
+    ts_ms: TimestampMs
+    """When the outcome was observed (the labeller's clock)."""
+    scope: Name
+    request_id: Name
+    value: Annotated[float, Meta(ge=-1e6, le=1e6)]
 
 
 class DeadLetter(Event, frozen=True, kw_only=True):
@@ -275,13 +308,14 @@ class ReplicaAnnouncement(Event, frozen=True, kw_only=True):
 
 EVENT_TYPES: tuple[type[Event], ...] = (
     WindowReport, CapacityEvent, PreemptionNotice, ControlTargets, RoutingOutcome, DeadLetter,
-    OperatorOverride, ReplicaAnnouncement,
+    OperatorOverride, ReplicaAnnouncement, OutcomeLabel,
 )
 
 __all__ = [
-    "EVENT_TYPES", "LIMIT_REASONS", "OPERATOR_VERSION", "READABLE_VERSIONS", "SCHEMA_VERSION",
-    "SHED_REASONS", "CapacityEvent", "ControlTargets", "DeadLetter", "Event", "LatencySketch",
-    "LimitReason", "ModelKind", "OperatorOverride", "PreemptionNotice", "ReplicaAnnouncement",
+    "DECISION_VERSION", "EVENT_TYPES", "LIMIT_REASONS", "OPERATOR_VERSION", "READABLE_VERSIONS",
+    "SCHEMA_VERSION", "SHED_REASONS", "CapacityEvent", "ControlTargets", "DeadLetter", "Event",
+    "LatencySketch", "LimitReason", "ModelKind", "OperatorOverride", "OutcomeLabel",
+    "PreemptionNotice", "ReplicaAnnouncement",
     "ReplicaState", "RmaTarget", "RoutingOutcome", "SbmTarget", "SegmentPriority", "ShedReason",
     "Tier", "WindowReport", "msgspec",
 ]

@@ -14,6 +14,7 @@ from schemas.contract import (
     DeadLetter,
     Event,
     OperatorOverride,
+    OutcomeLabel,
     PreemptionNotice,
     ReplicaAnnouncement,
     RoutingOutcome,
@@ -63,6 +64,9 @@ CATALOG: tuple[TopicSpec, ...] = (
               7 * 24 * HOUR_MS),
     TopicSpec("targets", "scope", ControlTargets, SCOPE_PARTITIONS, "compact", -1),
     TopicSpec("outcomes", "scope", RoutingOutcome, SCOPE_PARTITIONS, "delete", 24 * HOUR_MS),
+    # Outcomes of requests, arriving late: keyed by request id, each written to the partition
+    # of its scope (`scope_partition`) so it reaches the process that holds the decision.
+    TopicSpec("labels", "request id", OutcomeLabel, SCOPE_PARTITIONS, "delete", 24 * HOUR_MS),
     TopicSpec("overrides", "scope", OperatorOverride, SCOPE_PARTITIONS, "compact", -1),
     # Membership: one value per replica id (a tombstone when it stops); every client reads all
     # of it, so one partition keeps the whole live set in one ordered log.
@@ -97,3 +101,35 @@ def min_insync_for(replication: int) -> int:
     """Replicas that must hold a write before acks=all acknowledges it: all but one, so one
     broker may be lost without losing an acknowledged write or the partition's writability."""
     return max(1, replication - 1)
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 hash (the Java client's ``Utils.murmur2``), as a 32-bit unsigned int."""
+    m, r = 0x5BD1E995, 24
+    length = len(data)
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    for i in range(0, length - length % 4, 4):
+        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    tail = length & ~3
+    extra = length % 4
+    if extra >= 3:
+        h ^= data[tail + 2] << 16
+    if extra >= 2:
+        h ^= data[tail + 1] << 8
+    if extra >= 1:
+        h ^= data[tail]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h
+
+
+def scope_partition(scope: str, partitions: int = SCOPE_PARTITIONS) -> int:
+    """The partition a key of ``scope`` lands on under the Java-compatible murmur2
+    partitioner: where a label of that scope must be written, whatever its key."""
+    return (murmur2(scope.encode()) & 0x7FFFFFFF) % partitions

@@ -3,8 +3,9 @@
     {"ts": 1700000000000, "topic": "telemetry", "key": "eu1", "value": {...WindowReport...}}
 
 ``ts`` is the event time in ms since the epoch (the Kafka message timestamp when recorded),
-``topic`` the *logical* topic (``telemetry|capacity|preemption|targets|outcomes|overrides``),
-``key`` the message key (the scope), ``value`` the contract's JSON for that topic. A path ending
+``topic`` the *logical* topic (``telemetry|capacity|preemption|targets|outcomes|overrides|
+labels``), ``key`` the message key (the scope; a label's request id), ``value`` the contract's
+JSON for that topic. A path ending
 in ``.zst`` is zstd-compressed. Logs are written by ``surplus record`` and by the simulator, and
 read by the offline replayer, the live replayer and the benchmark.
 
@@ -31,6 +32,7 @@ from schemas.contract import (
     ControlTargets,
     Event,
     OperatorOverride,
+    OutcomeLabel,
     PreemptionNotice,
     RoutingOutcome,
     TimestampMs,
@@ -38,7 +40,7 @@ from schemas.contract import (
 )
 
 TOPICS: tuple[str, ...] = ("telemetry", "capacity", "preemption", "targets", "outcomes",
-                           "overrides")
+                           "overrides", "labels")
 """Logical topics an event log may hold, in the order used to break timestamp ties."""
 
 MAX_LINE_BYTES = 1 << 20
@@ -85,17 +87,23 @@ class OverrideEvent(LogEvent, frozen=True, kw_only=True, tag="overrides"):
     value: OperatorOverride
 
 
+class LabelLogEvent(LogEvent, frozen=True, kw_only=True, tag="labels"):
+    topic: ClassVar[str] = "labels"
+    value: OutcomeLabel
+
+
 AnyEvent = (TelemetryEvent | CapacityLogEvent | PreemptionEvent | TargetsEvent | OutcomeEvent
-            | OverrideEvent)
+            | OverrideEvent | LabelLogEvent)
 
 EVENT_CLASSES: dict[str, type[LogEvent]] = {
     cls.topic: cls
     for cls in (TelemetryEvent, CapacityLogEvent, PreemptionEvent, TargetsEvent, OutcomeEvent,
-                OverrideEvent)
+                OverrideEvent, LabelLogEvent)
 }
 VALUE_TYPES: dict[str, type[Event]] = {
     "telemetry": WindowReport, "capacity": CapacityEvent, "preemption": PreemptionNotice,
     "targets": ControlTargets, "outcomes": RoutingOutcome, "overrides": OperatorOverride,
+    "labels": OutcomeLabel,
 }
 TOPIC_ORDER: dict[str, int] = {topic: i for i, topic in enumerate(TOPICS)}
 

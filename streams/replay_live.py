@@ -32,11 +32,12 @@ import msgspec
 
 from schemas import kafka_clients
 from schemas.clock import wall_ms
-from schemas.codec import ContractError, codec_for, decode_telemetry, encode
+from schemas.codec import ContractError, codec_for, decode_outcomes, decode_telemetry, encode
 from schemas.contract import (
     CapacityEvent,
     ControlTargets,
     Event,
+    OutcomeLabel,
     PreemptionNotice,
     RoutingOutcome,
     WindowReport,
@@ -49,6 +50,7 @@ from schemas.kafka_clients import (
     TopicPartition,
 )
 from schemas.kafka_config import KafkaSettings
+from schemas.topics import scope_partition, spec
 from streams.eventlog import (
     TOPIC_ORDER,
     TOPICS,
@@ -85,7 +87,7 @@ def shift_value(value: Event, delta_ms: int) -> Event:
                        deadline_ms=value.deadline_ms + delta_ms)
     if isinstance(value, ControlTargets):
         return replace(value, issued_at_ms=value.issued_at_ms + delta_ms)
-    if isinstance(value, RoutingOutcome):
+    if isinstance(value, (RoutingOutcome, OutcomeLabel)):
         return replace(value, ts_ms=value.ts_ms + delta_ms)
     raise TypeError(f"cannot rebase a {type(value).__name__}")
 
@@ -124,6 +126,7 @@ def publish_log(log: str | Path, kafka: KafkaSettings, *, speed: float = 0.0,
         "client.id": "surplus-replay", "enable.idempotence": True,
         "message.timeout.ms": max(1, round(delivery_timeout_s * 1000))})
     topics = {topic: kafka.topic(topic) for topic in TOPICS}
+    labels_partitions = spec("labels").partitions
     meter = Progress(f"publish {Path(log).name}", enabled=progress)
 
     def delivered(err: Any, _msg: Any) -> None:
@@ -149,9 +152,11 @@ def publish_log(log: str | Path, kafka: KafkaSettings, *, speed: float = 0.0,
                 else:
                     stats.behind_ms_max = max(stats.behind_ms_max, -wait * 1000.0)
             value = shift_value(event.value, delta)
+            where = ({"partition": scope_partition(value.scope, labels_partitions)}
+                     if isinstance(value, OutcomeLabel) else {})
             kafka_clients.produce_waiting(producer, topics[event.topic], key=event.key,
                                           value=encode(value), timestamp=event.ts + delta,
-                                          on_delivery=delivered)
+                                          on_delivery=delivered, **where)
             stats.events += 1
             stats.by_topic[event.topic] = stats.by_topic.get(event.topic, 0) + 1
             if not stats.events & 0x3FF:
@@ -372,7 +377,9 @@ def _take(msg: Any, names: dict[str, str], codecs: dict[str, Any], merge: _Merge
         return
     try:
         # A telemetry message may carry a batch of reports; the log holds one per line.
+        # So may an outcomes message (a client's batch of decision records).
         values = (decode_telemetry(msg.value()) if topic == "telemetry"
+                  else decode_outcomes(msg.value()) if topic == "outcomes"
                   else [codecs[topic].decode(msg.value())])
     except ContractError as exc:
         reason = f"{topic}: {exc.reason}"[:120]

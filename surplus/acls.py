@@ -53,7 +53,8 @@ def required_acls(component: Component, prefix: str = DEFAULT_PREFIX,
     """What `component` must be allowed to do; nothing else is needed."""
     if component == "control-plane":
         inputs = [_topic(prefix, t, READ, "input, co-partitioned by scope")
-                  for t in ("telemetry", "capacity", "preemption", "outcomes", "overrides")]
+                  for t in ("telemetry", "capacity", "preemption", "outcomes", "labels",
+                            "overrides")]
         return [*inputs,
                 _topic(prefix, "targets", WRITE, "publishes ControlTargets"),
                 _topic(prefix, "deadletter", WRITE, "rejected input"),
@@ -76,7 +77,8 @@ def required_acls(component: Component, prefix: str = DEFAULT_PREFIX,
     if component == "client":
         return [_topic(prefix, "targets", READ, "follows targets (manual assignment)"),
                 _topic(prefix, "replicas", READ, "routes to the live set (manual assignment)"),
-                _topic(prefix, "outcomes", WRITE, "RoutingOutcomes"),
+                _topic(prefix, "outcomes", WRITE, "decision records (batched)"),
+                _topic(prefix, "labels", WRITE, "outcome labels, when it knows them"),
                 _topic(prefix, "deadletter", WRITE, "undecodable targets"),
                 AclRule("group", CLIENT_GROUPS, "prefixed", ("DESCRIBE",),
                         "its targets feed's group id (assigned by hand, commits nothing)")]

@@ -27,10 +27,11 @@ import faust
 import msgspec
 
 from schemas.clock import wall_ms
-from schemas.codec import ContractError, decode, decode_telemetry, encode
-from schemas.contract import ControlTargets, DeadLetter, Event, OperatorOverride
+from schemas.codec import ContractError, decode, decode_outcomes, decode_telemetry, encode
+from schemas.contract import ControlTargets, DeadLetter, Event, OperatorOverride, OutcomeLabel
 from schemas.kafka_config import KafkaSettings
 from schemas.signing import sign
+from schemas.topics import scope_partition
 from streams.agents import health
 from streams.agents.changelog import read_changelog
 from streams.agents.metrics import Metrics
@@ -74,6 +75,7 @@ class ControlPlane:
         self.changelog = app.topic(changelog, internal=True, partitions=settings.partitions,
                                    compacting=True, deleting=False, **raw)
         self.registry = ScopeRegistry(config)
+        self.partitions = settings.partitions
         self.signing_key = settings.signing_key_bytes()
         self._restoring: dict[int, asyncio.Event] = {}
         self.agents = {logical: app.agent(app.topic(kafka.topic(logical), **raw),
@@ -121,7 +123,17 @@ class ControlPlane:
 
     async def _on_input(self, rule: Rule, scope: str, value: bytes, partition: int) -> None:
         values: Sequence[Event] = (decode_telemetry(value) if rule.topic == "telemetry"
+                                   else decode_outcomes(value) if rule.topic == "outcomes"
                                    else (decode(rule.value_type, value),))
+        if rule.topic == "labels":
+            label = values[0]
+            assert isinstance(label, OutcomeLabel)
+            want = scope_partition(label.scope, self.partitions)
+            if partition != want:
+                # Keyed by request id, a label must be written to its scope's partition (where
+                # the decision is held); elsewhere it would start a second controller.
+                raise Rejected("wrong_partition", f"label of scope {label.scope!r} on "
+                                                  f"partition {partition}, not {want}")
 
         def controller_for(key: str) -> ScopeController:
             return self.registry.get(key, partition).controller
@@ -129,6 +141,8 @@ class ControlPlane:
         published = dispatch_all(rule, scope, values, controller_for, wall_ms())
         if rule.topic == "telemetry":
             self.metrics.reports.inc(len(values))
+        elif rule.topic == "outcomes":
+            self.metrics.decisions.inc(len(values))
         elif isinstance(values[0], OperatorOverride):
             self.metrics.observe_override(values[0])
             log.warning("operator override %s", describe(values[0]))

@@ -24,6 +24,27 @@ class Metrics:
         self.reports = Counter("surplus_control_reports_total",
                                "WindowReports merged (a telemetry message may carry a batch)",
                                registry=self.registry)
+        self.decisions = Counter("surplus_control_decisions_total",
+                                 "Decision records taken (an outcomes message may carry a batch)",
+                                 registry=self.registry)
+        self.labels_joined = Counter("surplus_control_labels_total",
+                                     "Labels and decisions of the attribution join, by outcome "
+                                     "(joined, inline, late, orphan, duplicate, "
+                                     "duplicate_decision, unlabelled, evicted)",
+                                     ["scope", "outcome"], registry=self.registry)
+        self._join_seen: dict[tuple[str, str], int] = {}
+        self.labels_pending = Gauge("surplus_control_labels_pending",
+                                    "Decisions held waiting for their label",
+                                    ["scope"], registry=self.registry)
+        self.lift = Gauge("surplus_control_lift",
+                          "Measured lift per treated request against the holdout (value "
+                          "units): lever all, sbm, rma, rma_per_extra; stat measured, ci_low, "
+                          "ci_high", ["scope", "lever", "stat"], registry=self.registry)
+        self.segment_gain = Gauge("surplus_control_segment_gain",
+                                  "Per-segment SBM gain (SNIPS over joined decisions): stat "
+                                  "measured, ci_low, ci_high, and posterior (what the targets "
+                                  "carry)", ["scope", "segment", "stat"],
+                                  registry=self.registry)
         self.rejected = Counter("surplus_control_rejected_total",
                                 "Input events sent to the dead-letter topic", ["topic", "reason"],
                                 registry=self.registry)
@@ -149,6 +170,28 @@ class Metrics:
         if cost.evidence_s("powerful") > 0:
             self.unit_cost.labels(scope, "powerful", "request").set(cost.seconds_per_unit(
                 "powerful", cfg.sbm.powerful_rps_per_accel_unit, per="requests"))
+        join = controller.join
+        for outcome, n in join.counts.items():
+            seen = self._join_seen.get((scope, outcome), 0)
+            if n > seen:  # the controller's counts only grow (a new controller: from 0)
+                self.labels_joined.labels(scope, outcome).inc(n - seen)
+            self._join_seen[scope, outcome] = n
+        self.labels_pending.labels(scope).set(len(join))
+        estimates = controller.estimates
+        for lever, est in estimates.lift().items():
+            for stat in ("measured", "ci_low", "ci_high"):
+                value = getattr(est, stat)
+                if value is not None:
+                    self.lift.labels(scope, lever, stat).set(value)
+        for segment, est in estimates.gains().items():
+            for stat in ("measured", "ci_low", "ci_high"):
+                value = getattr(est, stat)
+                if value is not None:
+                    self.segment_gain.labels(scope, segment, stat).set(value)
+        targets = controller.last_targets
+        if targets is not None:
+            for segment, priority in targets.sbm.segments.items():
+                self.segment_gain.labels(scope, segment, "posterior").set(priority.gain_mean)
         capacity = controller.capacity
         self.capacity.labels(scope, "cpu").set(capacity.cpu_units)
         for accelerator, units in capacity.accel.items():

@@ -156,6 +156,22 @@ class CostConfig(_Config, frozen=True, kw_only=True):
     """The measured cost stays within this factor of the prior either way."""
 
 
+class LabelsConfig(_Config, frozen=True, kw_only=True):
+    """The join of decision records with their late outcome labels (`streams.control.labels`)
+    and the estimates made from it (`streams.control.offpolicy`)."""
+
+    window_s: Positive = 600.0
+    """Attribution window: a label arriving later than this after its decision is ``late``
+    (counted, not used)."""
+    max_pending: Annotated[int, Meta(ge=1, le=10_000_000)] = 200_000
+    """Decisions held per scope waiting for their label; past it the oldest are dropped
+    (counted ``evicted``), so a flood cannot grow memory without bound."""
+    confidence: Annotated[float, Meta(gt=0.5, lt=1.0)] = 0.95
+    """Level of the lift and gain intervals (normal approximation)."""
+    min_labels: Annotated[int, Meta(ge=1)] = 30
+    """Labels an arm needs before its estimate replaces the configured prior."""
+
+
 class ControlConfig(_Config, frozen=True, kw_only=True):
     """Everything the control core needs; the Faust app adds only Kafka settings."""
 
@@ -175,6 +191,7 @@ class ControlConfig(_Config, frozen=True, kw_only=True):
     sbm: SbmConfig = msgspec.field(default_factory=SbmConfig)
     allocator: AllocatorConfig = msgspec.field(default_factory=AllocatorConfig)
     cost: CostConfig = msgspec.field(default_factory=CostConfig)
+    labels: LabelsConfig = msgspec.field(default_factory=LabelsConfig)
     scopes: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
     """Per-scope overrides: ``{"eu1": {"period_s": 5.0, "rma": {"sla_p99_ms": 80.0}}}`` (a
     ``[scopes.eu1]`` table in TOML). Any key above but ``scopes`` itself; a scope not named

@@ -38,6 +38,7 @@ from schemas.contract import (
     CapacityEvent,
     ControlTargets,
     OperatorOverride,
+    OutcomeLabel,
     PreemptionNotice,
     RmaTarget,
     RoutingOutcome,
@@ -49,6 +50,8 @@ from streams.control.allocator import Allocation, allocate
 from streams.control.config import ControlConfig
 from streams.control.cost import CostModel, PoolCost
 from streams.control.inventory import CapacityVector, InventoryState, PoolInventory
+from streams.control.labels import AttributionJoin
+from streams.control.offpolicy import EstimatesState, GainEstimator
 from streams.control.rma import (
     RmaPolicy,
     RmaState,
@@ -59,7 +62,6 @@ from streams.control.rma import (
 from streams.control.sbm import (
     SbmPolicy,
     SbmState,
-    SegmentEstimator,
     SegmentState,
     planned_rps,
     sbm_target,
@@ -99,6 +101,9 @@ class ControllerState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     sbm: SbmState = msgspec.field(default_factory=SbmState)
     inventory: InventoryState = msgspec.field(default_factory=InventoryState)
     segments: SegmentState = msgspec.field(default_factory=SegmentState)
+    """Before the join (v4 decisions): per-model outcome means. Read, no longer written."""
+    estimates: EstimatesState = msgspec.field(default_factory=EstimatesState)
+    """Off-policy gains and holdout lift from joined decisions (``streams.control.offpolicy``)."""
     observed: Observed = msgspec.field(default_factory=Observed)
     cost: dict[str, PoolCost] = {}
     override: OperatorOverride | None = None
@@ -151,7 +156,8 @@ class ScopeController:
                                         tombstone_ms=round(config.preemption_tombstone_s * 1000))
         self._rma = RmaPolicy(config.rma, state.rma)
         self._sbm = SbmPolicy(config.sbm, state.sbm)
-        self._segments = SegmentEstimator(config.sbm, state.segments)
+        self._join = AttributionJoin(config.labels)
+        self._estimates = GainEstimator(config.sbm, config.labels, state.estimates)
         self._cost = CostModel(config.cost, state.cost)
         self._restart_ceiling: tuple[float, float, float] | None = None
         if restored:
@@ -179,10 +185,22 @@ class ScopeController:
         self._inventory.apply(event)
 
     def on_outcome(self, outcome: RoutingOutcome, now_ms: int) -> None:
+        """A decision record: held for its label, or joined at once if it carries its value."""
         if outcome.scope != self.scope:
             raise ScopeMismatch(f"RoutingOutcome of scope {outcome.scope!r} sent to scope "
                                 f"{self.scope!r}")
-        self._segments.observe(outcome)
+        joined = self._join.on_decision(outcome, now_ms)
+        if joined is not None:
+            self._estimates.observe(joined)
+
+    def on_label(self, label: OutcomeLabel, now_ms: int) -> None:
+        """An outcome label: joined with its decision within the window, else counted."""
+        if label.scope != self.scope:
+            raise ScopeMismatch(f"OutcomeLabel of scope {label.scope!r} sent to scope "
+                                f"{self.scope!r}")
+        joined = self._join.on_label(label, now_ms)
+        if joined is not None:
+            self._estimates.observe(joined)
 
     def on_override(self, override: OperatorOverride, now_ms: int) -> ControlTargets | None:
         """Hold the operator's override; a kill goes out now (the fast path), the rest apply
@@ -244,6 +262,7 @@ class ScopeController:
         dt_s = self._dt_s(now_ms)
         self._last_tick_ms = now_ms
         self._inventory.expire(now_ms)
+        self._join.expire(now_ms)
         self._observed = self._observe(stats)
         self._cost.observe(stats, dt_s)
         rma_rate, sbm_rate = rates = self._rates()
@@ -272,7 +291,8 @@ class ScopeController:
                    and self._sbm.coverage * self._observed.total_rps * dt_s < cfg.min_samples)
         self._sbm.step(stats, allocation.sbm_accel_units, self._observed.total_rps, sbm_rate,
                        ceiling=None if ceiling is None else ceiling[1], starved=starved)
-        sbm = self._sbm.target(self._segments)
+        sbm = sbm_target(self._sbm.coverage, self._estimates.priorities(),
+                         self._sbm.limited_by)
         reason: Reason = "period" if ceiling is None or resumed else "restart"
         overridden = operator.apply(self._override, now_ms, rma, sbm, last)
         if overridden is not None:
@@ -357,9 +377,20 @@ class ScopeController:
         return ControllerState(scope=self.scope, epoch=self._epoch,
                                last_tick_ms=self._last_tick_ms, last_targets=self._last_targets,
                                rma=self._rma.state, sbm=self._sbm.state,
-                               inventory=self._inventory.state, segments=self._segments.state,
-                               observed=self._observed, cost=self._cost.state,
+                               inventory=self._inventory.state,
+                               estimates=self._estimates.state, observed=self._observed,
+                               cost=self._cost.state,
                                override=self._override)
+
+    @property
+    def join(self) -> AttributionJoin:
+        """Decisions waiting for labels, and the join's counts by reason."""
+        return self._join
+
+    @property
+    def estimates(self) -> GainEstimator:
+        """Per-segment gains and measured lift from joined decisions."""
+        return self._estimates
 
     @property
     def override(self) -> OperatorOverride | None:

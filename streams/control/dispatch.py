@@ -5,10 +5,13 @@ the event. Live (``streams.agents.control``), in offline replay and in the fleet
 (``streams.replay.ControlDriver``), an event goes through the same steps, written only here:
 
 1. its scope is read from the value (``Rule.scope``): the ``region`` of a WindowReport, a
-   CapacityEvent or a PreemptionNotice, the ``scope`` of a RoutingOutcome or an OperatorOverride;
-2. the message key must equal that scope, or the event is refused as ``key_mismatch``;
+   CapacityEvent or a PreemptionNotice, the ``scope`` of a RoutingOutcome, an OutcomeLabel or
+   an OperatorOverride;
+2. the message key must equal that scope (a label's: its request id; labels are written to
+   their scope's partition instead), or the event is refused as ``key_mismatch``;
 3. the scope's controller takes it (``Rule.apply``: ``on_report``, ``on_capacity``,
-   ``on_preemption``, ``on_outcome``, ``on_override``). A controller that refuses it (unlike
+   ``on_preemption``, ``on_outcome``, ``on_label``, ``on_override``). A controller that
+   refuses it (unlike
    sketches, too many pools, another scope: ``REFUSALS``) refuses the event, the exception's
    class name its reason;
 4. a preemption or an operator's kill gives targets to publish at once (``Rule.publishes``:
@@ -38,6 +41,7 @@ from schemas.contract import (
     ControlTargets,
     Event,
     OperatorOverride,
+    OutcomeLabel,
     PreemptionNotice,
     RoutingOutcome,
     WindowReport,
@@ -78,6 +82,8 @@ class Rule:
     """``apply`` returns targets to publish now (not at the next tick)."""
     durable: bool
     """The event changes state that must survive a restart: persist it before publishing."""
+    key: Callable[[Any], str] | None = None
+    """What the message key must equal, when not the scope (a label's request id)."""
 
 
 RULES: dict[str, Rule] = {rule.topic: rule for rule in (
@@ -91,6 +97,8 @@ RULES: dict[str, Rule] = {rule.topic: rule for rule in (
          publishes=False, durable=False),
     Rule("overrides", OperatorOverride, attrgetter("scope"), ScopeController.on_override,
          publishes=True, durable=True),
+    Rule("labels", OutcomeLabel, attrgetter("scope"), ScopeController.on_label,
+         publishes=False, durable=False, key=attrgetter("request_id")),
 )}
 INPUTS: tuple[str, ...] = tuple(RULES)
 
@@ -103,8 +111,8 @@ def rule_for(topic: str) -> Rule | None:
     return rule
 
 
-def key_mismatch(key: str | None, scope: str) -> Rejected:
-    return Rejected(KEY_MISMATCH, f"message key {key!r} does not match scope {scope!r}")
+def key_mismatch(key: str | None, scope: str, what: str = "scope") -> Rejected:
+    return Rejected(KEY_MISMATCH, f"message key {key!r} does not match {what} {scope!r}")
 
 
 def refused(exc: Exception) -> Rejected:
@@ -116,7 +124,10 @@ def dispatch(rule: Rule, key: str | None, value: Any, controller_for: Controller
              now_ms: int) -> ControlTargets | None:
     """Hand one event to its scope's controller; targets to publish now, or None."""
     scope = rule.scope(value)
-    if key != scope:
+    if rule.key is not None:
+        if key != rule.key(value):
+            raise key_mismatch(key, rule.key(value), "request id")
+    elif key != scope:
         raise key_mismatch(key, scope)
     controller = controller_for(scope)
     try:
@@ -131,7 +142,10 @@ def dispatch_all(rule: Rule, key: str | None, values: Sequence[Any],
     each in turn (a refusal stops at that value); the targets to publish now, in order."""
     for value in values:
         scope = rule.scope(value)
-        if key != scope:
+        if rule.key is not None:
+            if key != rule.key(value):
+                raise key_mismatch(key, rule.key(value), "request id")
+        elif key != scope:
             raise key_mismatch(key, scope)
     if not values:
         return []

@@ -199,6 +199,9 @@ class SegmentEstimator:
 
     def observe(self, outcome: RoutingOutcome) -> None:
         """Fold one outcome in; a new segment beyond the bound evicts the least observed."""
+        if outcome.value is None:
+            return
+        value = outcome.value
         max_n = self.config.max_effective_n
         seg = self._segments.get(outcome.segment)
         if seg is None:
@@ -209,13 +212,13 @@ class SegmentEstimator:
             seg = SegmentStats()
         if outcome.model == "powerful":
             seg = SegmentStats(baseline=seg.baseline,
-                               powerful=_observe(seg.powerful, outcome.value, max_n))
+                               powerful=_observe(seg.powerful, value, max_n))
             fleet = SegmentStats(baseline=self._fleet.baseline,
-                                 powerful=_observe(self._fleet.powerful, outcome.value, max_n))
+                                 powerful=_observe(self._fleet.powerful, value, max_n))
         else:
-            seg = SegmentStats(baseline=_observe(seg.baseline, outcome.value, max_n),
+            seg = SegmentStats(baseline=_observe(seg.baseline, value, max_n),
                                powerful=seg.powerful)
-            fleet = SegmentStats(baseline=_observe(self._fleet.baseline, outcome.value, max_n),
+            fleet = SegmentStats(baseline=_observe(self._fleet.baseline, value, max_n),
                                  powerful=self._fleet.powerful)
         self._segments[outcome.segment] = seg
         self._fleet = fleet

@@ -47,7 +47,7 @@ class Controllers(dict[str, ScopeController]):
 
 
 def test_every_input_topic_has_a_rule_and_targets_are_passed_by() -> None:
-    assert INPUTS == ("telemetry", "capacity", "preemption", "outcomes", "overrides")
+    assert INPUTS == ("telemetry", "capacity", "preemption", "outcomes", "overrides", "labels")
     assert rule_for("targets") is None
     with pytest.raises(Rejected) as info:
         rule_for("deadletter")

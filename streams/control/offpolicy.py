@@ -1,0 +1,262 @@
+"""What optional work is worth, measured from joined decisions: off-policy gains and lift.
+
+Every joined decision (``streams.control.labels``) is a logged bandit round: the segment (the
+context), the arm (``model``), the probability the router gave that arm (``propensity``) and
+the observed value. Two estimates come from them, both as running sums (mergeable, exact to
+replay, small enough for the controller's snapshot):
+
+- **Per-segment SBM gain**, powerful minus baseline, by the self-normalised inverse-propensity
+  estimator (SNIPS, obp's ``SelfNormalizedInverseProbabilityWeighting``; the stabilised IPW
+  difference of the causal-inference texts): each arm's value is ``Σ y/p / Σ 1/p`` over the
+  rounds that took it, its variance the delta method's ``Σ (y-μ)²/p² / (Σ 1/p)²``. obp and
+  Vowpal Wabbit's ``--cb`` evaluators estimate from the whole logged sample (obp bootstraps its
+  intervals over it); the control plane sees an unbounded stream, so here the sufficient
+  statistics are kept and the interval is the normal approximation. Holdout rounds are left
+  out (they had no optional work at all, whichever model served them).
+  ``GainEstimator.priority`` combines the estimate with the configured prior (``sbm.prior_*``,
+  centred on the fleet-wide gain): with no labels the prior alone ranks segments, and it fades
+  as labels arrive. That posterior is what the targets carry as segment priorities.
+- **Measured lift against the holdout** (``LiftEstimator``): a randomized share of requests
+  (by request-id hash, ``workers.policy.holdout``) gets no optional work, so
+  ``mean(treated) - mean(holdout)`` is the lift of all optional work, with a Welch interval.
+  The SBM share of it is the SNIPS gain of each segment times the share of treated requests
+  the powerful model served there; RMA's is the rest, its interval the two variances summed
+  (conservative), and ``rma_per_extra`` that divided by the mean extra candidates sent.
+
+Sums past ``max_effective_n`` rounds are scaled down (a moving window), so the estimates follow
+drift. No clock, no randomness, no I/O: the same joined decisions give the same estimates.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import msgspec
+
+from schemas.contract import RoutingOutcome, SegmentPriority
+from streams.control.config import LabelsConfig, SbmConfig
+
+_BOUND = 1e6
+
+
+class Moments(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True,
+              array_like=True):
+    """Importance-weighted sums of one arm: rounds, Σw, Σw², Σwy, Σw²y, Σw²y²."""
+
+    n: float = 0.0
+    w: float = 0.0
+    w2: float = 0.0
+    wy: float = 0.0
+    w2y: float = 0.0
+    w2y2: float = 0.0
+
+    def add(self, y: float, weight: float = 1.0, max_n: float = math.inf) -> Moments:
+        n, w, w2, wy, w2y, w2y2 = self.n, self.w, self.w2, self.wy, self.w2y, self.w2y2
+        if n + 1.0 > max_n:
+            f = (max_n - 1.0) / n
+            n, w, w2, wy, w2y, w2y2 = n * f, w * f, w2 * f, wy * f, w2y * f, w2y2 * f
+        ww = weight * weight
+        return Moments(n=n + 1.0, w=w + weight, w2=w2 + ww, wy=wy + weight * y,
+                       w2y=w2y + ww * y, w2y2=w2y2 + ww * y * y)
+
+    @property
+    def mean(self) -> float:
+        return self.wy / self.w if self.w > 0 else 0.0
+
+    @property
+    def var_of_mean(self) -> float:
+        """Delta-method variance of the self-normalised mean: Σ w²(y-μ)² / (Σw)²; for unit
+        weights the population variance over n (times n/(n-1), Bessel)."""
+        if self.w <= 0 or self.n < 2:
+            return math.inf
+        mu = self.mean
+        s = max(self.w2y2 - 2.0 * mu * self.w2y + mu * mu * self.w2, 0.0)
+        return s / (self.w * self.w) * self.n / (self.n - 1.0)
+
+    def shrunk_var_of_mean(self, prior_var: float, prior_weight: float) -> float:
+        """Variance of the mean with the per-round noise shrunk toward ``prior_var`` (worth
+        ``prior_weight`` rounds), over Kish's effective sample size ``(Σw)² / Σw²``: a
+        handful of equal values does not make a certain estimate."""
+        if self.w <= 0 or self.w2 <= 0:
+            return math.inf
+        n_eff = self.w * self.w / self.w2
+        mu = self.mean
+        s = max(self.w2y2 - 2.0 * mu * self.w2y + mu * mu * self.w2, 0.0) / self.w2
+        noise = (n_eff * s + prior_weight * prior_var) / (n_eff + prior_weight)
+        return noise / n_eff
+
+
+class Arms(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True,
+           array_like=True):
+    baseline: Moments = Moments()
+    powerful: Moments = Moments()
+
+
+class Estimate(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A measured quantity with its interval (``None`` bounds: not enough labels yet)."""
+
+    measured: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    std: float | None = None
+
+
+def _estimate(mean: float, var: float, z: float) -> Estimate:
+    if not (math.isfinite(mean) and math.isfinite(var)):
+        return Estimate()
+    std = math.sqrt(max(var, 0.0))
+    return Estimate(measured=mean, ci_low=mean - z * std, ci_high=mean + z * std, std=std)
+
+
+class EstimatesState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The estimators' sums (part of the controller's snapshot)."""
+
+    segments: dict[str, Arms] = {}
+    treated: Moments = Moments()
+    holdout: Moments = Moments()
+    treated_extra: float = 0.0
+    """Extra candidates sent with the treated requests counted in ``treated``."""
+
+
+class GainEstimator:
+    """Per-segment SNIPS gains and holdout lift of one scope, from joined decisions."""
+
+    def __init__(self, sbm: SbmConfig, labels: LabelsConfig,
+                 state: EstimatesState | None = None) -> None:
+        self.sbm = sbm
+        self.labels = labels
+        state = state or EstimatesState()
+        self._segments: dict[str, Arms] = dict(state.segments)
+        self._treated = state.treated
+        self._holdout = state.holdout
+        self._treated_extra = state.treated_extra
+        self._z = NormalDist().inv_cdf(0.5 + labels.confidence / 2.0)
+
+    def observe(self, joined: RoutingOutcome) -> None:
+        """Fold one joined decision (its ``value`` set) in."""
+        value = joined.value
+        if value is None or not math.isfinite(value):
+            return
+        max_n = float(self.sbm.max_effective_n)
+        if joined.holdout:
+            self._holdout = self._holdout.add(value, 1.0, max_n)
+            return
+        before = self._treated.n
+        self._treated = self._treated.add(value, 1.0, max_n)
+        scale = (self._treated.n - 1.0) / before if before > 0 else 1.0
+        self._treated_extra = self._treated_extra * scale + joined.extra
+        seg = self._segments.get(joined.segment)
+        if seg is None:
+            if len(self._segments) >= self.sbm.max_segments:
+                victim = min(self._segments, key=lambda s: (self._segments[s].baseline.n
+                                                            + self._segments[s].powerful.n, s))
+                del self._segments[victim]
+            seg = Arms()
+        weight = 1.0 / joined.propensity
+        if joined.model == "powerful":
+            seg = Arms(baseline=seg.baseline, powerful=seg.powerful.add(value, weight, max_n))
+        else:
+            seg = Arms(baseline=seg.baseline.add(value, weight, max_n), powerful=seg.powerful)
+        self._segments[joined.segment] = seg
+
+    # -- per-segment gains -----------------------------------------------------------------
+
+    def gain(self, segment: str) -> Estimate:
+        """The data's SNIPS gain of one segment (no prior on the gain; each arm's noise is
+        shrunk toward ``sbm.prior_obs_std``); empty until both arms have a label."""
+        arms = self._segments.get(segment)
+        if arms is None or arms.baseline.n < 1 or arms.powerful.n < 1:
+            return Estimate()
+        cfg = self.sbm
+        prior_var, weight = cfg.prior_obs_std ** 2, cfg.prior_obs_weight
+        return _estimate(arms.powerful.mean - arms.baseline.mean,
+                         arms.powerful.shrunk_var_of_mean(prior_var, weight)
+                         + arms.baseline.shrunk_var_of_mean(prior_var, weight), self._z)
+
+    def _fleet_gain(self) -> float:
+        base = Moments()
+        powerful = Moments()
+        for name in sorted(self._segments):
+            a = self._segments[name]
+            base = _merge(base, a.baseline)
+            powerful = _merge(powerful, a.powerful)
+        k = self.labels.min_labels
+        if base.n < k or powerful.n < k:
+            return 0.0
+        return powerful.mean - base.mean
+
+    def priority(self, segment: str, fleet_gain: float | None = None) -> SegmentPriority:
+        """Posterior of a segment's gain: the prior (centred on the fleet-wide gain, std
+        ``sbm.prior_std`` per arm) updated by the SNIPS estimate, precision-weighted."""
+        prior_mean = self._fleet_gain() if fleet_gain is None else fleet_gain
+        prior_var = 2.0 * self.sbm.prior_std ** 2
+        arms = self._segments.get(segment, Arms())
+        est = self.gain(segment)
+        if est.measured is None or est.std is None:
+            mean, var = prior_mean, prior_var
+        else:
+            data_var = max(est.std ** 2, 1e-12)
+            prec = 1.0 / prior_var + 1.0 / data_var
+            mean = (prior_mean / prior_var + est.measured / data_var) / prec
+            var = 1.0 / prec
+        return SegmentPriority(gain_mean=max(-_BOUND, min(_BOUND, mean)),
+                               gain_std=min(_BOUND, math.sqrt(var)),
+                               observations=round(arms.baseline.n + arms.powerful.n))
+
+    def priorities(self) -> dict[str, SegmentPriority]:
+        """Every tracked segment's posterior gain, in name order (stable encoding)."""
+        fleet = self._fleet_gain()
+        return {name: self.priority(name, fleet) for name in sorted(self._segments)}
+
+    def gains(self) -> dict[str, Estimate]:
+        """Every tracked segment's measured gain (for the lead's gain-ordered shedding and
+        for reports), in name order."""
+        return {name: self.gain(name) for name in sorted(self._segments)}
+
+    # -- lift against the holdout ----------------------------------------------------------
+
+    def lift(self) -> dict[str, Estimate]:
+        """Measured lift per treated request: ``all`` optional work, ``sbm``, ``rma`` and
+        ``rma_per_extra`` (value of one extra candidate)."""
+        t, h, z = self._treated, self._holdout, self._z
+        k = self.labels.min_labels
+        out = {"all": Estimate(), "sbm": Estimate(), "rma": Estimate(),
+               "rma_per_extra": Estimate()}
+        if t.n >= k:
+            sbm_mean = sbm_var = 0.0
+            for name in sorted(self._segments):
+                arms = self._segments[name]
+                est = self.gain(name)
+                if (est.measured is None or est.std is None or arms.baseline.n < k
+                        or arms.powerful.n < k):
+                    continue
+                share = arms.powerful.n / t.n
+                sbm_mean += share * est.measured
+                sbm_var += share * share * est.std ** 2
+            out["sbm"] = _estimate(sbm_mean, sbm_var, z)
+            if h.n >= k:
+                total_mean = t.mean - h.mean
+                total_var = t.var_of_mean + h.var_of_mean
+                out["all"] = _estimate(total_mean, total_var, z)
+                rma = _estimate(total_mean - sbm_mean, total_var + sbm_var, z)
+                out["rma"] = rma
+                extra = self._treated_extra / t.n
+                if extra > 0 and rma.measured is not None and rma.std is not None:
+                    out["rma_per_extra"] = _estimate(rma.measured / extra,
+                                                     (rma.std / extra) ** 2, z)
+        return out
+
+    def counts(self) -> dict[str, int]:
+        return {"treated": round(self._treated.n), "holdout": round(self._holdout.n)}
+
+    @property
+    def state(self) -> EstimatesState:
+        return EstimatesState(segments={k: self._segments[k] for k in sorted(self._segments)},
+                              treated=self._treated, holdout=self._holdout,
+                              treated_extra=self._treated_extra)
+
+
+def _merge(a: Moments, b: Moments) -> Moments:
+    return Moments(n=a.n + b.n, w=a.w + b.w, w2=a.w2 + b.w2, wy=a.wy + b.wy,
+                   w2y=a.w2y + b.w2y, w2y2=a.w2y2 + b.w2y2)

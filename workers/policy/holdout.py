@@ -1,0 +1,24 @@
+"""The randomized holdout: a fixed share of requests, picked by a hash of the request id, gets
+no optional work whatever the targets say, so measured lift has a control group.
+
+The hash (BLAKE2b of the id, its first 8 bytes as a fraction of 2**64) is the same on every
+client, in the simulator and in replay: a request id is in the holdout or not, everywhere and
+every time. It is independent of the segment and of the router's draws.
+"""
+
+from __future__ import annotations
+
+from hashlib import blake2b
+
+_SCALE = float(1 << 64)
+
+
+def holdout_fraction_of(request_id: str) -> float:
+    """Where ``request_id`` falls in [0, 1)."""
+    digest = blake2b(request_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / _SCALE
+
+
+def in_holdout(request_id: str, fraction: float) -> bool:
+    """True for the ``fraction`` of request ids that get no optional work."""
+    return fraction > 0.0 and holdout_fraction_of(request_id) < fraction
