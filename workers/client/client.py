@@ -4,8 +4,12 @@ Per request it decides (no I/O, see `decision.py`) how many extra candidates to 
 the powerful pool serves it, calls the worker over HTTP, and falls back to the baseline pool when
 the powerful call fails or runs out of its share of the deadline — so losing opportunistic
 capacity only ever costs optional work. It feeds every worker's load signals into client-side
-shedding, learns per-segment gains from the values it observes, and publishes one
-RoutingOutcome per request so the control plane learns too.
+shedding, and publishes a decision record (RoutingOutcome v4: lever choices, the router's
+propensity, explored, holdout) per request, in batches, so the control plane can join them
+with the outcome labels that arrive later (`label`, or any labeller writing to the labels
+topic) and learn what optional work paid. A service that knows a request's value at response
+time passes `outcome_value`: its decisions carry the value, and the router learns from it at
+once.
 
 Targets arrive on a background thread (`TargetsFeed`) and are applied on the event loop, so all
 policy state is touched from one thread. So do the replicas, with ``membership`` on: each
@@ -28,11 +32,19 @@ import msgspec
 
 from schemas import kafka_clients
 from schemas.clock import wall_ms
-from schemas.codec import ContractError
+from schemas.codec import ContractError, encode_outcomes
 from schemas.codec import encode as encode_event
-from schemas.contract import ControlTargets, DeadLetter, ReplicaAnnouncement, RoutingOutcome
+from schemas.contract import (
+    DECISION_VERSION,
+    ControlTargets,
+    DeadLetter,
+    OutcomeLabel,
+    ReplicaAnnouncement,
+    RoutingOutcome,
+)
 from schemas.kafka_clients import KafkaError, Producer
 from schemas.kafka_config import KafkaSettings
+from schemas.topics import scope_partition, spec
 from workers.api import RANK_PATH, Candidate, RankRequest, RankResponse, decode_response, encode
 from workers.client.config import ClientConfig
 from workers.client.decision import Decider, Decision
@@ -47,9 +59,15 @@ VALUE_BOUND = 1e6
 RETRY_ON_ANOTHER_REPLICA = frozenset({"connection", "disconnected", "http_503"})
 
 
+#: Served requests whose segment and model `label` still remembers (for local learning).
+LABEL_MEMORY = 100_000
+
+
 def top_score_value(request: RankRequest, response: RankResponse) -> float:
-    """Default observed value: the request's value signal times its best score. A service with
-    a real outcome signal (clicks, dwell, revenue) passes its own `outcome_value`."""
+    """A stand-in value: the request's value signal times its best score. It compares raw
+    scores of two different models, so it is no measure of what the powerful model adds; it
+    is not the default. A service with a real outcome signal (clicks, dwell, revenue) sends
+    it as a label (`label`), or passes its own `outcome_value` when known at response time."""
     best = max(response.scores, default=0.0)
     return request.value * best
 
@@ -68,7 +86,7 @@ class RankResult(msgspec.Struct, frozen=True):
     response: RankResponse
     decision: Decision
     fell_back: str | None
-    value: float
+    value: float | None
     latency_ms: float
 
 
@@ -83,7 +101,7 @@ class RankingClient:
 
     def __init__(self, config: ClientConfig, kafka: KafkaSettings | None = None, *,
                  signing_key: bytes | str | None = None,
-                 outcome_value: OutcomeValue = top_score_value,
+                 outcome_value: OutcomeValue | None = None,
                  clock: Callable[[], int] = wall_ms) -> None:
         self.config = config
         self.kafka = kafka
@@ -109,6 +127,12 @@ class RankingClient:
         self._producer: Producer | None = None
         self._feed: TargetsFeed | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: Decision records not yet sent, and when the oldest of them was made.
+        self._batch: list[RoutingOutcome] = []
+        self._batch_since = 0.0
+        self._served: dict[str, tuple[str, Model]] = {}
+        self._flusher: asyncio.Task[None] | None = None
+        self._labels_partition = scope_partition(config.scope, spec("labels").partitions)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -122,6 +146,7 @@ class RankingClient:
             return  # targets and membership, if any, come through apply_targets/_membership
         self._producer = kafka_clients.producer(self.kafka,
                                                 **{"client.id": "surplus-ranking-client"})
+        self._flusher = asyncio.create_task(self._flush_every())
         self._feed = TargetsFeed(self.kafka, self.config.scope, self._from_feed,
                                  self._send_dead_letter)
         self._feed.start()
@@ -139,13 +164,27 @@ class RankingClient:
                 if not caught_up:
                     self.decider.bump(name, "catch_up_timeout")
 
+    async def _flush_every(self) -> None:
+        """A quiet client's decisions go out within the linger too."""
+        linger_s = max(self.config.decision_linger_ms, 10.0) / 1000.0
+        while True:
+            await asyncio.sleep(linger_s)
+            if self._batch and ((time.perf_counter() - self._batch_since) * 1000.0
+                                >= self.config.decision_linger_ms):
+                self.flush_decisions()
+
     async def close(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
         if self._feed is not None:
             await asyncio.to_thread(self._feed.stop)
         if self._membership_feed is not None:
             await asyncio.to_thread(self._membership_feed.stop)
         if self._session is not None:
             await self._session.close()
+        self.flush_decisions()
         if self._producer is not None:
             undelivered = await asyncio.to_thread(self._producer.flush, 5.0)
             if undelivered:
@@ -199,9 +238,11 @@ class RankingClient:
         offered as optional extra candidates (RMA) within the targets, allowance and budget."""
         started = time.perf_counter()
         base_count = min(base_count, len(candidates))
-        decision = self.decider.decide(segment, len(candidates) - base_count, self._clock())
+        request_id = request_id or uuid.uuid4().hex
+        decision = self.decider.decide(segment, len(candidates) - base_count, self._clock(),
+                                       request_id)
         deadline = deadline_ms or self.config.default_deadline_ms
-        request = RankRequest(request_id=request_id or uuid.uuid4().hex, segment=segment,
+        request = RankRequest(request_id=request_id, segment=segment,
                               value=value, deadline_ms=deadline, dense=list(dense),
                               candidates=list(candidates[:base_count + decision.extra]),
                               base_count=base_count)
@@ -328,34 +369,95 @@ class RankingClient:
         if response.optional_shed:
             decider.bump("server_shed", response.shed_reason or "unspecified",
                          response.optional_shed)
-        value = min(max(float(self._outcome_value(request, response)), -VALUE_BOUND),
-                    VALUE_BOUND)
-        decider.router.observe(request.segment, response.model, value)
-        self._publish(request, response.model, decision.explored and fell_back is None, value)
+        value: float | None = None
+        if self._outcome_value is not None:
+            value = min(max(float(self._outcome_value(request, response)), -VALUE_BOUND),
+                        VALUE_BOUND)
+            decider.router.observe(request.segment, response.model, value)
+        else:
+            served = self._served
+            if len(served) >= LABEL_MEMORY:
+                del served[next(iter(served))]
+            served[request.request_id] = (request.segment, response.model)
+        self._publish(request, response, decision, fell_back, value)
         return RankResult(response=response, decision=decision, fell_back=fell_back,
                           value=value, latency_ms=(time.perf_counter() - started) * 1000.0)
 
     # ---- Kafka output ------------------------------------------------------------------------
 
-    def _publish(self, request: RankRequest, model: Model, explored: bool, value: float) -> None:
-        producer = self._producer
-        if producer is None or not self.config.publish_outcomes or self.kafka is None:
+    def _publish(self, request: RankRequest, response: RankResponse, decision: Decision,
+                 fell_back: str | None, value: float | None) -> None:
+        """Queue the request's decision record; a full batch, or one older than the linger,
+        goes out as one message."""
+        if self._producer is None or not self.config.publish_outcomes or self.kafka is None:
             return
-        outcome = RoutingOutcome(ts_ms=self._clock(), scope=self.config.scope,
-                                 request_id=request.request_id, segment=request.segment,
-                                 model=model, value=value, explored=explored)
+        model = response.model
+        if fell_back is not None:
+            # The router chose powerful; baseline served it after the powerful call failed.
+            # The logged arm is what served it, at the probability it was not chosen.
+            propensity = max(1.0 - decision.propensity, 1e-6) if decision.model != model \
+                else decision.propensity
+        else:
+            propensity = decision.propensity
+        record = RoutingOutcome(
+            v=DECISION_VERSION, ts_ms=self._clock(), scope=self.config.scope,
+            request_id=request.request_id, segment=request.segment, model=model,
+            value=value, explored=decision.explored and fell_back is None,
+            extra=max(len(request.candidates) - request.base_count, 0)
+            if fell_back is None else 0,
+            propensity=min(max(propensity, 1e-6), 1.0), holdout=decision.holdout)
+        batch = self._batch
+        if not batch:
+            self._batch_since = time.perf_counter()
+        batch.append(record)
+        if (len(batch) >= self.config.decision_batch_max
+                or (time.perf_counter() - self._batch_since) * 1000.0
+                >= self.config.decision_linger_ms):
+            self.flush_decisions()
+
+    def flush_decisions(self) -> None:
+        """Send the decision records queued so far as one outcomes message."""
+        producer, batch = self._producer, self._batch
+        if producer is None or self.kafka is None or not batch:
+            return
+        self._batch = []
+        n = len(batch)
         try:
             producer.produce(self.kafka.topic("outcomes"), key=self.config.scope,
-                             value=encode_event(outcome), on_delivery=self._delivered)
+                             value=encode_outcomes(batch),
+                             on_delivery=lambda err, _msg: self._delivered(err, _msg, n))
         except BufferError:
-            self.decider.bump("outcomes", "dropped_queue_full")
+            self.decider.bump("outcomes", "dropped_queue_full", n)
         except Exception:
-            self.decider.bump("outcomes", "dropped_error")
+            self.decider.bump("outcomes", "dropped_error", n)
         producer.poll(0)
 
-    def _delivered(self, err: KafkaError | None, _msg: Any) -> None:
+    def _delivered(self, err: KafkaError | None, _msg: Any, n: int = 1) -> None:
         # Runs inside producer.poll()/flush(), on whichever thread called them.
-        self.decider.bump("outcomes", "published" if err is None else "delivery_failed")
+        self.decider.bump("outcomes", "published" if err is None else "delivery_failed", n)
+        if err is None:
+            self.decider.bump("outcomes", "batches")
+
+    def label(self, request_id: str, value: float) -> None:
+        """The outcome of a request served earlier (a click, a conversion, watch time): sent
+        to the labels topic, keyed by request id, on the partition of this client's scope;
+        the router learns from it while it still remembers the request."""
+        value = min(max(float(value), -VALUE_BOUND), VALUE_BOUND)
+        served = self._served.pop(request_id, None)
+        if served is not None:
+            self.decider.router.observe(served[0], served[1], value)
+        producer = self._producer
+        if producer is None or self.kafka is None or not self.config.publish_outcomes:
+            return
+        label = OutcomeLabel(ts_ms=self._clock(), scope=self.config.scope,
+                             request_id=request_id, value=value)
+        try:
+            producer.produce(self.kafka.topic("labels"), key=request_id,
+                             value=encode_event(label), partition=self._labels_partition)
+            self.decider.bump("labels", "sent")
+        except BufferError:
+            self.decider.bump("labels", "dropped_queue_full")
+        producer.poll(0)
 
     def _send_dead_letter(self, letter: DeadLetter) -> None:
         """Called on the feed thread: the producer is thread-safe."""

@@ -44,8 +44,14 @@ class ClientConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     rma_burst_s: Annotated[float, Meta(gt=0.0, le=60.0)] = 1.0
     #: Seed of the router's generator (routing is deterministic given it).
     seed: int = 0
-    #: Publish a RoutingOutcome per request to the outcomes topic.
+    #: Publish a decision record (RoutingOutcome) per request to the outcomes topic, in
+    #: batches of up to `decision_batch_max`, at least every `decision_linger_ms`.
     publish_outcomes: bool = True
+    decision_batch_max: Annotated[int, Meta(ge=1, le=10_000)] = 500
+    decision_linger_ms: Annotated[float, Meta(ge=0.0, le=60_000.0)] = 200.0
+    #: Share of requests (by request-id hash) in the randomized holdout: no optional work, so
+    #: the control plane can measure the lift of the rest against them.
+    holdout_fraction: Annotated[float, Meta(ge=0.0, le=0.5)] = 0.01
     #: A replica that refused a connection or dropped one mid-request is skipped this long
     #: (while another replica of its pool is left).
     replica_down_s: Annotated[float, Meta(ge=0.0, le=600.0)] = 1.0

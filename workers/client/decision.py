@@ -12,18 +12,23 @@ import msgspec
 from schemas.contract import ControlTargets
 from workers.client.config import ClientConfig
 from workers.policy.client_shed import BudgetBucket, ClientShedder, ServerSignals, extra_candidates
+from workers.policy.holdout import in_holdout
 from workers.policy.routing import Model, SbmRouter
 from workers.policy.signing import verifier
 from workers.policy.targets import EffectiveTargets, TargetState, TargetVerdict
 
 
 class Decision(msgspec.Struct, frozen=True):
-    """What one request does: its pool, whether that is exploration, and its extra candidates."""
+    """What one request does: its pool, whether that is exploration, and its extra candidates;
+    the probability the router gave its pool (``propensity``, logged for off-policy
+    estimates) and whether it is in the randomized holdout (no optional work)."""
 
     model: Model
     explored: bool
     extra: int
     targets_reason: str
+    propensity: float = 1.0
+    holdout: bool = False
 
 
 Counters = dict[str, dict[str, int]]
@@ -50,13 +55,18 @@ class Decider:
         self._sbm = bool(config.powerful_urls) or config.membership
         self._eff: EffectiveTargets | None = None
 
-    def decide(self, segment: str, available_extra: int, now_ms: int) -> Decision:
-        """Extra candidates and pool for one request of `segment` at `now_ms`."""
+    def decide(self, segment: str, available_extra: int, now_ms: int,
+               request_id: str | None = None) -> Decision:
+        """Extra candidates and pool for one request of `segment` at `now_ms`; a request whose
+        id hashes into the holdout (``holdout_fraction``) gets no optional work."""
         eff = self.targets.current(now_ms)
         if eff is not self._eff:
             self._on_targets(eff, now_ms)
         bump = self.bump
         bump("requests", "total")
+        if request_id is not None and in_holdout(request_id, self.config.holdout_fraction):
+            bump("holdout", "total")
+            return Decision("baseline", False, 0, eff.reason, 1.0, True)
         if eff.baseline_only:
             bump("baseline_only", eff.reason)
             if self._sbm:
@@ -67,7 +77,8 @@ class Decider:
             extra = self._extra(eff, ranking, available_extra, now_ms, budgeted=True)
             return Decision("baseline", False, extra, eff.reason)
         powerful = self.shedders["powerful"].allowance(now_ms)
-        route = self.router.route(segment, eff, powerful)
+        router = self.router
+        route = router.route(segment, eff, powerful)
         if route.shed:
             bump("sbm_shed", "overload")
         elif route.model == "powerful":
@@ -78,7 +89,9 @@ class Decider:
         on_ranking = route.model == "baseline"
         extra = self._extra(eff, ranking if on_ranking else powerful, available_extra, now_ms,
                             budgeted=on_ranking)
-        return Decision(route.model, route.explored, extra, eff.reason)
+        p = router.last_p
+        return Decision(route.model, route.explored, extra, eff.reason,
+                        p if route.model == "powerful" else 1.0 - p)
 
     def observe(self, state: ServerSignals | None, now_ms: int, *,
                 error: str | None = None, model: Model = "baseline") -> None:

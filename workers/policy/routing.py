@@ -120,6 +120,8 @@ class SbmRouter:
         self._replan_after = 16
         self.replans = 0
         self.sampled_gains: dict[str, float] = {}
+        #: P(powerful) the last `route` drew against: the logged propensity of its choice.
+        self.last_p = 0.0
 
     # ---- per request -------------------------------------------------------------------------
 
@@ -132,12 +134,14 @@ class SbmRouter:
             segment = self._admit_segment(segment)
         self._since_plan += 1
         if eff.baseline_only or eff.coverage <= 0.0:
+            self.last_p = 0.0
             return BASELINE
         if (eff is not self._planned_for or self._since_plan >= self._replan_after
                 or allowance < self._planned_allowance
                 or allowance >= self._planned_allowance + self.config.allowance_step):
             self._replan(eff, allowance)
         exploit, powerful, full = self._plan.get(segment, self._default)
+        self.last_p = powerful
         u = self._draw()
         if u < exploit:
             return POWERFUL

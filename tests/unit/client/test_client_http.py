@@ -11,7 +11,7 @@ import pytest
 from tests.unit.client.contract_worker import Worker, serve
 from tests.unit.policy.helpers import targets
 from workers.api import Candidate
-from workers.client.client import RankingClient, RankingError, RankResult
+from workers.client.client import RankingClient, RankingError, RankResult, top_score_value
 from workers.client.config import ClientConfig
 from workers.policy.client_shed import ShedConfig
 from workers.policy.routing import RouterConfig
@@ -35,7 +35,9 @@ async def pools() -> AsyncIterator[Pools]:
 def _client(base_url: str, power_url: str, **kw: object) -> RankingClient:
     config = ClientConfig(scope="eu1", baseline_urls=[base_url], powerful_urls=[power_url],
                           router=RouterConfig(explore_rate=0.0), **kw)  # type: ignore[arg-type]
-    client = RankingClient(config)
+    # The value known at response time (the decision carries it): the request's value times
+    # its best score.
+    client = RankingClient(config, outcome_value=top_score_value)
     client.apply_targets(targets(coverage=1.0, extra=4, budget=1e9,
                                  issued_at_ms=client._clock()))
     return client
