@@ -27,7 +27,8 @@ SIM_URL = "http://sim.invalid"
 class SimClient(Protocol):
     """What the engine needs from a region's clients."""
 
-    def decide(self, segment: str, value: float, available_extra: int, now: int) -> Decision: ...
+    def decide(self, segment: str, value: float, available_extra: int, now: int,
+               request_id: str | None = None) -> Decision: ...
     def offer(self, targets: ControlTargets, now: int) -> None: ...
     def observe(self, state: ServerState | None, now: int, error: str | None = None,
                 model: Model = "baseline") -> None: ...
@@ -45,11 +46,13 @@ class SurplusClient:
             powerful_urls=[f"{SIM_URL}/{region}/powerful"] if powerful else [],
             powerful_deadline_share=part.powerful_deadline_share, rma_budget_share=1.0,
             rma_burst_s=part.rma_burst_s, seed=seed, publish_outcomes=True,
-            limits=part.limits, router=part.router, shed=part.shed)
+            limits=part.limits, router=part.router, shed=part.shed,
+            holdout_fraction=part.holdout_fraction)
         self.decider = Decider(config)
 
-    def decide(self, segment: str, value: float, available_extra: int, now: int) -> Decision:
-        return self.decider.decide(segment, available_extra, now)
+    def decide(self, segment: str, value: float, available_extra: int, now: int,
+               request_id: str | None = None) -> Decision:
+        return self.decider.decide(segment, available_extra, now, request_id)
 
     def offer(self, targets: ControlTargets, now: int) -> None:
         self.decider.offer(targets, now)
@@ -80,7 +83,8 @@ class NaiveClient:
         self.seen = 0.0
         self._counters: dict[str, dict[str, int]] = {}
 
-    def decide(self, segment: str, value: float, available_extra: int, now: int) -> Decision:
+    def decide(self, segment: str, value: float, available_extra: int, now: int,
+               request_id: str | None = None) -> Decision:
         eff = self.targets.current(now)
         self._bump("requests", "total")
         if eff.baseline_only:

@@ -12,7 +12,13 @@ names leave at its deadline; the notice reaches them after a random delay (the p
 Everything the fleet publishes goes to the event log *and* to the control plane, in one order,
 with non-decreasing timestamps: the log is exactly what the control plane saw, so
 ``surplus replay LOG --offline`` over it re-runs the same decisions. Clients publish routing
-outcomes in one batch per step (stamped at the step's end; each outcome keeps its own time).
+decision records in one batch per step (stamped at the step's end; each keeps its own time).
+A request's outcome label (its value, with the RMA value of the extras it got and the
+powerful model's gain, plus noise) reaches the control plane and the client after a
+log-normal delay (``[labels]``: some never, some twice), published at the end of the step it
+falls in; the control plane joins it with the decision (``streams.control.labels``). The
+summary holds the control plane's measured lift next to the true one, which the simulator
+knows (``lift``), and the join's counts (``labels``).
 
 Randomness comes from one seed split into independent streams (arrivals, request
 attributes, latency noise, outcome noise, message delays; the capacity schedule's reclaims
@@ -34,13 +40,15 @@ from typing import Any
 import numpy as np
 
 from schemas.contract import (
+    DECISION_VERSION,
     ControlTargets,
     Event,
+    OutcomeLabel,
     PreemptionNotice,
     RoutingOutcome,
 )
 from sim.clients import NaiveClient, SimClient, SurplusClient
-from sim.controllers import ALIASES, ControlPlane, make_plane
+from sim.controllers import ALIASES, ControlPlane, SurplusPlane, make_plane
 from sim.metrics import Metrics
 from sim.scenario import PoolConfig, RegionConfig, Scenario
 from sim.schedule import CAPACITY_STREAM, Action, Outbox, build, replica_id
@@ -107,6 +115,7 @@ class Simulation:
         self.rng_latency = np.random.default_rng(seeds[2])
         self.rng_outcomes = np.random.default_rng(seeds[3])
         self.rng_delays = np.random.default_rng(seeds[4])
+        self.rng_labels = np.random.default_rng(seeds[6])
         self.request_seeds = seeds[5].spawn(len(scenario.regions))
         self.plane: ControlPlane = make_plane(
             self.controller, scenario.control, [r.name for r in scenario.regions],
@@ -128,6 +137,15 @@ class Simulation:
         self.log: EventLogWriter | None = None
         self.metrics: Metrics | None = None
         self.events_published = 0
+        #: rid -> (propensity, holdout) of its decision (sim.worker.Request does not keep them).
+        self._logged: dict[int, tuple[float, bool]] = {}
+        #: Labels on their way: (due ms, seq, region, request id, value, segment, model).
+        self._labels: list[tuple[float, int, str, str, float, str, str]] = []
+        #: Per region, the true lift of treated requests: [n, Σ sbm gain, Σ rma value].
+        self._true_lift: dict[str, list[float]] = {}
+        #: Per region: (ts, labels joined) of each surplus target, and if its segment order
+        #: matched the true gain order.
+        self._order: dict[str, list[tuple[int, int, bool]]] = {}
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -212,7 +230,22 @@ class Simulation:
                                                                             0) + 1
         if self.metrics is not None:
             self.metrics.targets_emitted(targets)
+        if isinstance(self.plane, SurplusPlane) and targets.reason == "period":
+            self._track_order(targets)
         self._schedule(targets.issued_at_ms + self.sc.delays.targets_ms, "targets", targets)
+
+    def _track_order(self, targets: ControlTargets) -> None:
+        """Does the targets' segment order (by posterior gain) match the true gain order?"""
+        state = self.regions.get(targets.scope)
+        if state is None:
+            return
+        true = {s.name: s.gain for s in state.config.segments}
+        learned = targets.sbm.segments
+        match = len(true) > 1 and set(true) <= set(learned) and _same_order(
+            true, {name: learned[name].gain_mean for name in true})
+        controller = self.plane.driver.controllers.get(targets.scope)  # type: ignore[attr-defined]
+        joined = 0 if controller is None else controller.join.counts["joined"]
+        self._order.setdefault(targets.scope, []).append((targets.issued_at_ms, joined, match))
 
     def _schedule(self, at_ms: float, kind: str, payload: Any) -> None:
         heapq.heappush(self._messages, (at_ms, next(self._seq), kind, payload))
@@ -275,6 +308,7 @@ class Simulation:
             state.served_this_step.clear()
         self._account(t, end)
         self._outcomes(end)
+        self._deliver_labels(end)
         if not (end - self.t0) % self.sc.sla_window_ms:
             self._close_windows(end)
 
@@ -296,9 +330,11 @@ class Simulation:
                                             values.tolist(), picks.tolist(), strict=True):
             now = t + offset
             self._deliver_until(now + 1)
+            rid = next(self._rid)
             decision = state.client.decide(state.segment_names[seg], value,
-                                           rc.max_extra_candidates, now)
-            req = Request(next(self._rid), now, seg, value, rc.base_candidates, decision.extra,
+                                           rc.max_extra_candidates, now, f"{rc.name}-{rid}")
+            self._logged[rid] = (decision.propensity, decision.holdout)
+            req = Request(rid, now, seg, value, rc.base_candidates, decision.extra,
                           decision.model, decision.explored)
             if decision.model == "powerful":
                 self._to_powerful(state, req, now, pick)
@@ -396,14 +432,48 @@ class Simulation:
             rma = rc.rma_value(done)
             self.metrics.ranking_done(rc.name, latency, e2e, rc.timeout_ms, done, rma)
             model = "baseline"
-        observed = seg.value + (seg.gain if model == "powerful" else 0.0) \
+        sbm = seg.gain if model == "powerful" else 0.0
+        observed = seg.value + sbm + rma \
             + seg.outcome_noise * (math.log(self._outcome_noise()))
         observed = max(-1e6, min(1e6, observed))
-        state.client.learn(seg.name, model, observed)
+        propensity, holdout = self._logged.pop(req.rid, (1.0, False))
+        if req.fell_back:
+            # Chosen for powerful, served by baseline: logged as the baseline arm, at the
+            # probability it was not chosen (as the live client logs it).
+            propensity = max(1.0 - propensity, 1e-6)
+        if not holdout:
+            lift = self._true_lift.setdefault(rc.name, [0.0, 0.0, 0.0])
+            lift[0] += 1.0
+            lift[1] += sbm
+            lift[2] += rma
+        request_id = f"{rc.name}-{req.rid}"
         self._publish(end, "outcomes", rc.name, RoutingOutcome(
-            ts_ms=int(req.finished_ms), scope=rc.name, request_id=f"{rc.name}-{req.rid}",
-            segment=seg.name, model=model,
-            value=observed, explored=req.explored and not req.fell_back))
+            v=DECISION_VERSION, ts_ms=int(req.finished_ms), scope=rc.name,
+            request_id=request_id, segment=seg.name, model=model,
+            explored=req.explored and not req.fell_back,
+            extra=req.extra if not req.fell_back else 0,
+            propensity=min(max(propensity, 1e-6), 1.0), holdout=holdout))
+        plant = self.sc.labels
+        draws = self.rng_labels.random(4)
+        if draws[0] < plant.lost:
+            return
+        delay_ms = 1000.0 * plant.delay_median_s * math.exp(
+            plant.delay_sigma * float(_normal_from(draws[1], draws[2])))
+        due = req.finished_ms + delay_ms
+        heapq.heappush(self._labels, (due, next(self._seq), rc.name, request_id, observed,
+                                      seg.name, model))
+        if draws[3] < plant.duplicated:
+            heapq.heappush(self._labels, (due + delay_ms, next(self._seq), rc.name,
+                                          request_id, observed, seg.name, model))
+
+    def _deliver_labels(self, end: int) -> None:
+        """Labels due by ``end``: to the client (its router's evidence) and the control plane."""
+        labels = self._labels
+        while labels and labels[0][0] <= end:
+            due, _, region, request_id, value, segment, model = heapq.heappop(labels)
+            self.regions[region].client.learn(segment, model, value)
+            self._publish(end, "labels", request_id, OutcomeLabel(
+                ts_ms=int(due), scope=region, request_id=request_id, value=value))
 
     # -- messages ----------------------------------------------------------------------------
 
@@ -586,10 +656,69 @@ class Simulation:
         summary["clients"] = {name: state.client.counters()
                               for name, state in sorted(self.regions.items())}
         summary["events"] = self.events_published + sum(self.targets_by_reason.values())
+        summary.update(self._lift_summary())
         summary.update({"scenario": self.sc.name, "controller": self.controller,
                         "seed": self.sc.seed, "duration_s": self.sc.duration_s,
                         "log": self.log_path.name})
         return summary
+
+
+    def _lift_summary(self) -> dict[str, Any]:
+        """Measured lift (the control plane's, against the holdout) next to the true lift of
+        the treated requests, the join's counts, and when the learned segment order settled
+        on the true one (surplus only)."""
+        if not isinstance(self.plane, SurplusPlane):
+            return {}
+        lift: dict[str, Any] = {}
+        labels: dict[str, Any] = {}
+        order: dict[str, Any] = {}
+        for region in sorted(self.regions):
+            controller = self.plane.driver.controllers.get(region)
+            if controller is None:
+                continue
+            n, sbm, rma = self._true_lift.get(region, [0.0, 0.0, 0.0])
+            true = {"all": (sbm + rma) / n if n else None, "sbm": sbm / n if n else None,
+                    "rma": rma / n if n else None}
+            measured = controller.estimates.lift()
+            lift[region] = {lever: {
+                "lift_measured": _r(measured[lever].measured),
+                "lift_ci_low": _r(measured[lever].ci_low),
+                "lift_ci_high": _r(measured[lever].ci_high),
+                "lift_true": _r(true[lever])} for lever in ("all", "sbm", "rma")}
+            lift[region]["counts"] = controller.estimates.counts()
+            counts = controller.join.counts
+            labels[region] = {"labels_joined": counts["joined"], "labels_late": counts["late"],
+                              "labels_orphan": counts["orphan"],
+                              "labels_duplicate": counts["duplicate"],
+                              "decisions_unlabelled": counts["unlabelled"],
+                              "decisions_evicted": counts["evicted"],
+                              "decisions_pending": len(controller.join)}
+            history = self._order.get(region, [])
+            settled = None
+            for i in range(len(history)):
+                if all(m for _, _, m in history[i:]):
+                    settled = history[i]
+                    break
+            order[region] = None if settled is None else {
+                "settled_at_s": round((settled[0] - self.t0) / 1000.0, 3),
+                "labels_joined": settled[1]}
+        return {"lift": lift, "labels": labels, "segment_order": order}
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def _same_order(true: dict[str, float], learned: dict[str, float]) -> bool:
+    """Same ranking of segments by gain (ties in the truth may come in either order)."""
+    names = sorted(true)
+    return all((true[a] - true[b]) * (learned[a] - learned[b]) > 0 or true[a] == true[b]
+               for i, a in enumerate(names) for b in names[i + 1:])
+
+
+def _normal_from(u1: float, u2: float) -> float:
+    """A standard normal from two uniforms (Box-Muller)."""
+    return math.sqrt(-2.0 * math.log(max(u1, 1e-300))) * math.cos(2.0 * math.pi * u2)
 
 
 def _cumulative(workers: list[SimWorker]) -> tuple[list[float], list[SimWorker]]:

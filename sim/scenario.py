@@ -290,6 +290,21 @@ class ClientConfigPart(_Config, frozen=True, kw_only=True):
     limits: LocalLimits = LocalLimits()
     router: RouterConfig = RouterConfig()
     shed: ShedConfig = ShedConfig()
+    holdout_fraction: Annotated[float, Meta(ge=0.0, le=0.5)] = 0.01
+    """Requests (by request-id hash) that get no optional work: the lift's control group."""
+
+
+class LabelsPlant(_Config, frozen=True, kw_only=True):
+    """How outcome labels reach the control plane after a request is served: a log-normal
+    delay (a click in seconds, a conversion in minutes), some never, some twice."""
+
+    delay_median_s: Positive = 20.0
+    delay_sigma: NonNeg = 1.2
+    """Std of the log of the delay: at 1.2 about 1 label in 300 comes after 10 minutes."""
+    lost: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.03
+    """Share of requests whose outcome is never reported."""
+    duplicated: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.01
+    """Share of labels sent twice (a retrying labeller)."""
 
 
 class DelaysConfig(_Config, frozen=True, kw_only=True):
@@ -320,6 +335,7 @@ class Scenario(_Config, frozen=True, kw_only=True):
     client: ClientConfigPart = ClientConfigPart()
     controllers: ControllersConfig = ControllersConfig()
     delays: DelaysConfig = DelaysConfig()
+    labels: LabelsPlant = LabelsPlant()
     regions: list[RegionConfig] = []
     storms: list[StormConfig] = []
 

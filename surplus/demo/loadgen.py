@@ -19,6 +19,12 @@ Value model (the simulator's): a request of segment *s* served with *k* extra ca
 model *m* yields ``value_s + gain_s * [m = powerful] + rma_gain * ln(1 + k / rma_scale)``
 plus Normal noise. The *incremental value* of a request is that expression minus its
 baseline-only value, without the noise.
+
+The ranking service observes that noisy value late, as a real one observes a click or a
+conversion: it is sent as an outcome label (``RankingClient.label``) after a log-normal delay
+(the scenario's ``[labels]``; some never, some twice), and the control plane joins it with
+the request's decision record. ``loadgen.json`` keeps the true lift per treated request (the
+requests outside the holdout), for the report to set beside the measured one.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from schemas.clock import wall_ms
 from schemas.kafka_config import KafkaSettings
 from sim.scenario import RegionConfig, Scenario, SegmentConfig
 from sim.traces import arrival_counts
-from workers.api import Candidate, RankRequest, RankResponse
+from workers.api import Candidate, RankResponse
 from workers.client.client import RankingClient, RankingError
 from workers.client.config import ClientConfig
 
@@ -131,6 +137,11 @@ class LoadGenerator:
         self._cdf = np.cumsum(shares / shares.sum())
         self._rng = np.random.default_rng(scenario.seed + 1)
         self._noise = np.random.default_rng(scenario.seed + 2)
+        self._label_rng = np.random.default_rng(scenario.seed + 3)
+        self.labels_sent = 0
+        self.labels_lost = 0
+        self.labels_due = 0
+        """Labels scheduled and not yet sent (the run may end before they are due)."""
         self._bank = self._candidate_bank()
         self.metrics = LoadMetrics()
         if metrics_port:
@@ -140,6 +151,7 @@ class LoadGenerator:
         order (see ``_write_rows``)."""
         self.errors: dict[str, int] = {}
         self.totals = Second()
+        self.holdout_requests = 0
         self._second = Second()
         self._in_flight: set[asyncio.Task[None]] = set()
         self._cuts_seen: dict[str, int] = {}
@@ -232,16 +244,39 @@ class LoadGenerator:
             fate[f"worker/{resp.shed_reason or 'unspecified'}"] = min(lost, resp.optional_shed)
         if lost > resp.optional_shed:
             fate["fallback" if result.fell_back else "lost"] = lost - resp.optional_shed
+        observed = self.outcome_value(resp.request_id, seg.name, resp.model, extra_scored)
+        self._label_later(resp.request_id, observed)
+        if result.decision.holdout:
+            self.holdout_requests += 1
         self._account(offset, result.latency_ms, resp, result.decision.extra, extra_scored,
-                      result.fell_back, seg.name, result.value, gain_rma, gain_sbm, fate)
+                      result.fell_back, seg.name, observed, gain_rma, gain_sbm, fate)
 
-    def outcome_value(self, request: RankRequest, response: RankResponse) -> float:
+    def _label_later(self, request_id: str, value: float) -> None:
+        """The outcome reaches the service after a log-normal delay; some never, some twice."""
+        plant = self.scenario.labels
+        lost, z, dup = self._label_rng.random(), self._label_rng.standard_normal(), \
+            self._label_rng.random()
+        if lost < plant.lost:
+            self.labels_lost += 1
+            return
+        delay = plant.delay_median_s * float(np.exp(plant.delay_sigma * z))
+        loop = asyncio.get_running_loop()
+        for at in ((delay, 2 * delay) if dup < plant.duplicated else (delay,)):
+            loop.call_later(at, self._send_label, request_id, value)
+            self.labels_due += 1
+
+    def _send_label(self, request_id: str, value: float) -> None:
+        self.labels_due -= 1
+        self.labels_sent += 1
+        self.client.label(request_id, value)
+
+    def outcome_value(self, request_id: str, segment: str, model: str, scored: int) -> float:
         """What the ranking service observes for a served request (noisy ground truth)."""
-        seg = self.segments.get(request.segment)
+        seg = self.segments.get(segment)
         if seg is None:
             return 0.0
-        true = (seg.value + (seg.gain if response.model == "powerful" else 0.0)
-                + rma_value(self.region, response.optional_scored))
+        true = (seg.value + (seg.gain if model == "powerful" else 0.0)
+                + rma_value(self.region, scored))
         return true + float(self._noise.normal(0.0, seg.outcome_noise))
 
     # -- the books -------------------------------------------------------------------------
@@ -352,6 +387,11 @@ class LoadGenerator:
             "server_shed": t.server_shed, "incremental_value": round(t.gain, 6),
             "incremental_value_by_lever": {"rma": round(t.gain_rma, 6),
                                            "sbm": round(t.gain_sbm, 6)},
+            "holdout_requests": self.holdout_requests,
+            "treated_requests": t.requests - self.holdout_requests,
+            "lift_true": _true_lift(t, t.requests - self.holdout_requests),
+            "labels_sent": self.labels_sent, "labels_lost": self.labels_lost,
+            "labels_not_yet_due": self.labels_due,
             "planned_requests": len(self.offsets), "client_cuts": self._client_cuts(),
             "extra_offered": t.requests * self.region.max_extra_candidates,
             "optional_fate": dict(sorted(t.fate.items())),
@@ -361,6 +401,14 @@ class LoadGenerator:
             else None}
         (self.out / "loadgen.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
+
+
+def _true_lift(t: Second, treated: int) -> dict[str, float | None]:
+    """True incremental value per treated request, per lever (the holdout adds none)."""
+    if treated <= 0:
+        return {"all": None, "sbm": None, "rma": None}
+    return {"all": round(t.gain / treated, 6), "sbm": round(t.gain_sbm / treated, 6),
+            "rma": round(t.gain_rma / treated, 6)}
 
 
 async def model_shape(url: str, timeout_s: float = 60.0) -> tuple[int, int]:
@@ -389,7 +437,8 @@ def client_config(scenario: Scenario, region: RegionConfig, baseline_urls: list[
         powerful_urls=powerful_urls,
         default_deadline_ms=region.deadline_ms, baseline_timeout_ms=region.timeout_ms,
         powerful_deadline_share=part.powerful_deadline_share, rma_burst_s=part.rma_burst_s,
-        seed=scenario.seed, limits=part.limits, router=part.router, shed=part.shed)
+        seed=scenario.seed, limits=part.limits, router=part.router, shed=part.shed,
+        holdout_fraction=part.holdout_fraction)
 
 
 async def run_loadgen(scenario: Scenario, region: RegionConfig, base_dir: Path, *,
@@ -407,8 +456,7 @@ async def run_loadgen(scenario: Scenario, region: RegionConfig, base_dir: Path, 
     offsets = arrival_offsets_ms(region, scenario, base_dir, duration_s, rate)
     config = client_config(scenario, region, baseline_urls, powerful_urls, membership)
     holder: dict[str, LoadGenerator] = {}
-    client = RankingClient(config, kafka,
-                           outcome_value=lambda req, resp: holder["g"].outcome_value(req, resp))
+    client = RankingClient(config, kafka)
     await client.start()
     try:
         first = baseline_urls[0] if baseline_urls else await _first_announced(client, 60.0)

@@ -28,7 +28,7 @@ async def _run(tmp_path: Path, ranking: Worker, extra: int) -> dict[str, object]
     urls = [str(s.make_url("")).rstrip("/") for s in servers]
     config = loadgen.client_config(scenario, region, [urls[0]], [urls[1]])
     books: list[loadgen.LoadGenerator] = []
-    client = RankingClient(config, outcome_value=lambda rq, rs: books[0].outcome_value(rq, rs))
+    client = RankingClient(config)
     gen = loadgen.LoadGenerator(scenario, region, client,
                                 np.linspace(0.0, 400.0, ARRIVALS), tmp_path,
                                 num_dense=13, num_sparse=8)
