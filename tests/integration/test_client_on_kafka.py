@@ -1,6 +1,6 @@
 """The ranking client on a real broker: it reads the latest targets of its scope from the
-compacted topic at start, follows new ones, dead-letters what does not decode, and publishes one
-RoutingOutcome per request keyed by scope."""
+compacted topic at start, follows new ones, dead-letters what does not decode, and publishes a
+decision record per request keyed by scope, in batches, and labels keyed by request id."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 from schemas import kafka_clients
 from schemas.clock import wall_ms
-from schemas.codec import decode, encode
-from schemas.contract import DeadLetter, Event, RoutingOutcome
+from schemas.codec import decode, decode_outcomes, encode
+from schemas.contract import DeadLetter, Event, OutcomeLabel
 from schemas.kafka_clients import OFFSET_BEGINNING
 from schemas.kafka_config import KafkaSettings
 from tests.unit.client.contract_worker import Worker, serve
@@ -44,6 +44,9 @@ def _read_all(kafka: KafkaSettings, logical: str,
         while len(got) < expected and time.monotonic() < deadline:
             msg = consumer.poll(0.2)
             if msg is not None and msg.error() is None and msg.value() is not None:
+                got.append((msg.key(), msg.value() or b""))
+        while (msg := consumer.poll(0.5)) is not None:   # and any after the first ones
+            if msg.error() is None and msg.value() is not None:
                 got.append((msg.key(), msg.value() or b""))
     finally:
         consumer.close()
@@ -108,15 +111,22 @@ async def test_every_request_publishes_an_outcome_keyed_by_scope(kafka: KafkaSet
             results = [await client.rank(segment=f"s{i % 3}", value=1.0,
                                          candidates=candidates, base_count=5,
                                          request_id=f"r{i}") for i in range(40)]
+            client.label("r3", 2.5)
     finally:
         for s in servers:
             await s.close()
     assert {r.response.model for r in results} == {"baseline", "powerful"}
-    got = _read_all(kafka, "outcomes", 40)
+    got = _read_all(kafka, "outcomes", 1)
     assert {k for k, _ in got} == {b"eu1"}
-    outcomes = {o.request_id: o for o in (decode(RoutingOutcome, v) for _, v in got)}
-    assert set(outcomes) == {f"r{i}" for i in range(40)}
+    # batched: the 40 decision records went out in far fewer messages
+    outcomes = {o.request_id: o for _, v in got for o in decode_outcomes(v)}
+    assert len(got) < 10 and set(outcomes) == {f"r{i}" for i in range(40)}, len(got)
     for i, r in enumerate(results):
         o = outcomes[f"r{i}"]
-        assert (o.segment, o.model, o.value) == (f"s{i % 3}", r.response.model, r.value)
-    assert client.summary()["decisions"]["outcomes"] == {"published": 40}
+        assert (o.segment, o.model, o.value) == (f"s{i % 3}", r.response.model, None)
+        assert 0.0 < o.propensity <= 1.0 and o.holdout == r.decision.holdout
+        if r.fell_back is None:
+            assert o.propensity == r.decision.propensity
+    assert client.summary()["decisions"]["outcomes"]["published"] == 40
+    labels = _read_all(kafka, "labels", 1)
+    assert [(k, decode(OutcomeLabel, v).value) for k, v in labels] == [(b"r3", 2.5)]
