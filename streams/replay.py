@@ -11,7 +11,9 @@ The fleet simulator drives its control plane through the same driver, in the sam
 writes its log, so replaying a simulation's log reproduces the simulation's targets exactly.
 
 ``replay_offline`` writes, into one directory, ``targets.csv`` and ``windows.csv``
-(``streams.replay_output.ReplayOutput``) and ``summary.json``: what was read, what was rejected
+(``streams.replay_output.ReplayOutput``), ``estimates.json`` (per scope: the decision/label
+join's counts, the measured lift per lever and each segment's gain and posterior, as
+``estimates_of`` gives them) and ``summary.json``: what was read, what was rejected
 and why, and per scope what the targets did and how often the ranking pools were over their SLA.
 Nothing in them depends on the wall clock, the machine or the directory: the same log and the
 same settings give byte-identical files. ``compare_offline`` runs several settings over one log
@@ -200,6 +202,24 @@ class ControlDriver:
         self.finish()
 
 
+def estimates_of(controllers: dict[str, ScopeController]) -> dict[str, Any]:
+    """What the scopes' controllers measured from joined decisions and labels (plain JSON):
+    the join's counts and pending decisions, lift per lever, per-segment gain and posterior.
+    A function of the events fed only, so a recorded log replays to the same bytes."""
+    out: dict[str, Any] = {}
+    for scope in sorted(controllers):
+        c = controllers[scope]
+        est = c.estimates
+        out[scope] = {
+            "join": dict(sorted(c.join.counts.items())), "pending": len(c.join),
+            "counts": est.counts(),
+            "lift": {k: msgspec.to_builtins(v) for k, v in sorted(est.lift().items())},
+            "gains": {k: msgspec.to_builtins(v) for k, v in est.gains().items()},
+            "priorities": {k: msgspec.to_builtins(v) for k, v in est.priorities().items()},
+        }
+    return out
+
+
 def replay_offline(log: str | Path, config: ControlConfig, out_dir: str | Path, *,
                    strict: bool = False, progress: bool = False,
                    label: str | None = None) -> dict[str, Any]:
@@ -238,6 +258,8 @@ def replay_offline(log: str | Path, config: ControlConfig, out_dir: str | Path, 
         "period_s": config.period_s,
         "scopes": output.scope_summaries(),
     }
+    (out / "estimates.json").write_text(dump_json(estimates_of(driver.controllers)),
+                                        encoding="utf-8")
     (out / "summary.json").write_text(dump_json(summary), encoding="utf-8")
     meter.done(f"{reader.events:,} events, {driver.ticks:,} ticks -> {out}")
     return summary
