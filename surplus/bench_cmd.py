@@ -49,6 +49,8 @@ BENCHES = (
           metric="notice_to_shed_p99_ms", target="<= 5 ms"),
     Bench("ingest", "ingest", {}, kafka=True, metric="reports_per_s",
           target=">= 20000 reports/s and ratio >= 0.5"),
+    Bench("join", "join", {"labels": 200_000}, metric="labels_per_s",
+          target=">= 50000 labels/s"),
 )
 
 
@@ -98,7 +100,7 @@ def run_one(bench: Bench, bootstrap: str | None, timeout_s: float) -> dict[str, 
 
 def bench(
     names: Annotated[list[str] | None, typer.Argument(
-        help="Benchmarks to run: client, shed, batching, ingest, replay (default: all).")]
+        help="Benchmarks to run: client, shed, batching, ingest, replay, join (default: all).")]
     = None,
     out: Annotated[Path, typer.Option(help="Directory for bench.json.")] = Path("out/bench"),
     timeout: Annotated[float, typer.Option(help="Seconds each benchmark may take.")] = 900.0,
