@@ -26,3 +26,26 @@ def test_instance_id_makes_the_consumer_a_static_group_member(tmp_path: Path) ->
 def test_a_bad_instance_id_is_refused_naming_the_key(bad: str) -> None:
     with pytest.raises(ValidationError, match="instance_id"):
         ControlPlaneSettings(instance_id=bad)
+
+
+def test_the_faust_worker_leaves_the_root_logger_at_the_chosen_level(tmp_path: Path) -> None:
+    """Faust's spinner would set the root logger to DEBUG, so that every debug line of the
+    Kafka client's fetch loop is built and handled: a CPU cost on every fetch."""
+    import logging
+
+    from faust import Worker
+
+    from surplus.control_cmd import faust_worker
+
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    app = create_app(KafkaSettings(bootstrap="127.0.0.1:9"),
+                     ControlPlaneSettings(data_dir=tmp_path))
+    worker = faust_worker(Worker, app, "warning")
+    try:
+        worker._setup_logging()
+        assert root.getEffectiveLevel() == logging.WARNING
+        assert not logging.getLogger("aiokafka").isEnabledFor(logging.DEBUG)
+    finally:
+        root.setLevel(level)
+        root.handlers[:] = handlers
