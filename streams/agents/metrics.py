@@ -45,6 +45,10 @@ class Metrics:
                                   "measured, ci_low, ci_high, and posterior (what the targets "
                                   "carry)", ["scope", "segment", "stat"],
                                   registry=self.registry)
+        self.curves_learned = Gauge("surplus_control_value_curves_learned",
+                                    "1 while the allocator uses value curves measured from "
+                                    "labels, 0 while it uses the configured ones (the prior)",
+                                    ["scope"], registry=self.registry)
         self.rejected = Counter("surplus_control_rejected_total",
                                 "Input events sent to the dead-letter topic", ["topic", "reason"],
                                 registry=self.registry)
@@ -188,6 +192,7 @@ class Metrics:
                 value = getattr(est, stat)
                 if value is not None:
                     self.segment_gain.labels(scope, segment, stat).set(value)
+        self.curves_learned.labels(scope).set(1.0 if controller.curves_learned else 0.0)
         targets = controller.last_targets
         if targets is not None:
             for segment, priority in targets.sbm.segments.items():

@@ -51,7 +51,7 @@ from streams.control.config import ControlConfig
 from streams.control.cost import CostModel, PoolCost
 from streams.control.inventory import CapacityVector, InventoryState, PoolInventory
 from streams.control.labels import AttributionJoin
-from streams.control.offpolicy import EstimatesState, GainEstimator
+from streams.control.offpolicy import EstimatesState, GainEstimator, learned_curves
 from streams.control.rma import (
     RmaPolicy,
     RmaState,
@@ -160,13 +160,16 @@ class ScopeController:
         self._estimates = GainEstimator(config.sbm, config.labels, state.estimates)
         self._cost = CostModel(config.cost, state.cost)
         self._restart_ceiling: tuple[float, float, float] | None = None
+        #: The allocator's curves as measured (None: the configured ones), set each tick.
+        self._learned_curves: tuple[tuple[tuple[float, float], ...],
+                                    tuple[tuple[float, float], ...]] | None = None
         if restored:
             last = state.last_targets
             self._restart_ceiling = ((float(last.rma.extra_candidates), last.sbm.coverage,
                                       last.rma.budget_units_per_s)
                                      if last is not None else (0.0, 0.0, 0.0))
         self._last_windows: list[WindowStats] = []
-        self._alloc_cache: tuple[tuple[CapacityVector, float, float], Allocation] | None = None
+        self._alloc_cache: tuple[tuple[object, ...], Allocation] | None = None
         self._allocation = Allocation()
 
     # -- inputs --------------------------------------------------------------------------
@@ -266,6 +269,11 @@ class ScopeController:
         self._observed = self._observe(stats)
         self._cost.observe(stats, dt_s)
         rma_rate, sbm_rate = rates = self._rates()
+        if cfg.allocator.learn_curves:
+            self._learned_curves = learned_curves(
+                self._estimates, rma_units_per_accel_s=rma_rate, sbm_rps_per_accel=sbm_rate,
+                request_rps=self._observed.total_rps,
+                prior_rma=cfg.allocator.rma_value_segments)
         allocation = self._allocate(now_ms, rates)
         ceiling = self._restart_ceiling
         self._restart_ceiling = None
@@ -331,12 +339,18 @@ class ScopeController:
         """Allocation of the scope's live capacity (re-solved only when capacity changed)."""
         capacity = self._inventory.available(self.scope, now_ms)
         rma_max, sbm_max = self._demand_units(*rates)
-        key = (capacity, rma_max, sbm_max)
+        config = self.config.allocator
+        curves = None
+        if config.learn_curves and self._learned_curves is not None:
+            curves = self._learned_curves
+        key = (capacity, rma_max, sbm_max, curves)
         cached = self._alloc_cache
         if cached is not None and cached[0] == key:
             return cached[1]
-        allocation = allocate(capacity, self.config.allocator, rma_max_units=rma_max,
-                              sbm_max_units=sbm_max)
+        if curves is not None:
+            config = msgspec.structs.replace(config, rma_value_segments=curves[0],
+                                             sbm_value_segments=curves[1])
+        allocation = allocate(capacity, config, rma_max_units=rma_max, sbm_max_units=sbm_max)
         self._alloc_cache = (key, allocation)
         self._allocation = allocation
         return allocation
@@ -414,6 +428,11 @@ class ScopeController:
     def capacity(self) -> CapacityVector:
         """Live capacity as of the last tick or event time seen (for telemetry)."""
         return self._inventory.available(self.scope, self._last_tick_ms or 0)
+
+    @property
+    def curves_learned(self) -> bool:
+        """Whether the last allocation used measured value curves (else the configured)."""
+        return self._learned_curves is not None and self.config.allocator.learn_curves
 
     @property
     def allocation(self) -> Allocation:

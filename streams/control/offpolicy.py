@@ -257,6 +257,55 @@ class GainEstimator:
                               treated_extra=self._treated_extra)
 
 
+def _grid(value: float, steps_per_octave: int = 8) -> float:
+    """``value`` (> 0) on a geometric grid: curves that move by noise do not re-solve the LP."""
+    return float(2.0 ** (round(math.log2(value) * steps_per_octave) / steps_per_octave))
+
+
+def learned_curves(est: GainEstimator, *, rma_units_per_accel_s: float,
+                   sbm_rps_per_accel: float, request_rps: float,
+                   prior_rma: tuple[tuple[float, float], ...]
+                   ) -> tuple[tuple[tuple[float, float], ...],
+                              tuple[tuple[float, float], ...]] | None:
+    """The allocator's value curves from measured value, in value per second per accelerator
+    unit; None (keep the configured curves, the prior) until both levers are measured: RMA's
+    value per extra candidate with an interval above zero, and a positive gain for at least
+    one segment.
+
+    SBM: one piece per segment of positive posterior gain, highest first, as wide as the
+    units that would serve all of its traffic (its share of the labelled treated requests
+    times ``request_rps``, over ``sbm_rps_per_accel``), worth its gain times
+    ``sbm_rps_per_accel``. RMA: one piece as wide as the configured curve, worth the measured
+    value of an extra candidate times ``rma_units_per_accel_s`` (the demand cap bounds it).
+    Values and widths sit on a geometric grid (1/8 octave)."""
+    lift = est.lift()
+    per_extra = lift["rma_per_extra"]
+    if (per_extra.measured is None or per_extra.ci_low is None or per_extra.ci_low <= 0
+            or rma_units_per_accel_s <= 0 or sbm_rps_per_accel <= 0 or request_rps <= 0):
+        return None
+    treated = est.counts()["treated"]
+    if treated <= 0:
+        return None
+    pieces = []
+    priorities = est.priorities()
+    for name, arms in est.state.segments.items():
+        if est.gain(name).measured is None:
+            continue
+        gain = priorities[name].gain_mean
+        share = (arms.baseline.n + arms.powerful.n) / treated
+        if gain <= 0 or share <= 0:
+            continue
+        pieces.append((_grid(share * request_rps / sbm_rps_per_accel),
+                       _grid(gain * sbm_rps_per_accel), name))
+    if not pieces:
+        return None
+    pieces.sort(key=lambda p: (-p[1], p[2]))
+    sbm = tuple((w, v) for w, v, _ in pieces)
+    rma_width = sum(w for w, _ in prior_rma)
+    rma = ((rma_width, _grid(per_extra.measured * rma_units_per_accel_s)),)
+    return rma, sbm
+
+
 def _merge(a: Moments, b: Moments) -> Moments:
     return Moments(n=a.n + b.n, w=a.w + b.w, w2=a.w2 + b.w2, wy=a.wy + b.wy,
                    w2y=a.w2y + b.w2y, w2y2=a.w2y2 + b.w2y2)

@@ -165,8 +165,8 @@ def test_snips_recovers_each_segment_gain_where_the_plain_mean_is_biased() -> No
             g = est.gain(seg)
             assert g.ci_low is not None and g.ci_high is not None
             covered += g.ci_low <= gain <= g.ci_high
-            pw = [r.value for r in rounds if r.segment == seg and r.model == "powerful"]
-            bl = [r.value for r in rounds if r.segment == seg and r.model == "baseline"]
+            pw = [r.value or 0.0 for r in rounds if r.segment == seg and r.model == "powerful"]
+            bl = [r.value or 0.0 for r in rounds if r.segment == seg and r.model == "baseline"]
             assert float(np.mean(pw) - np.mean(bl)) - gain > 0.3   # the plain mean is far off
         order = sorted(gains, key=lambda s: est.priorities()[s].gain_mean)
         assert order == ["a", "b", "c"]
@@ -209,3 +209,40 @@ def test_estimates_are_a_function_of_the_joined_decisions_only() -> None:
         two.observe(r)
     assert msgspec.json.encode(one.state) == msgspec.json.encode(two.state)
     assert one.lift() == two.lift()
+
+
+# -- the allocator's curves --------------------------------------------------------------------
+
+def test_value_curves_stay_the_prior_until_both_levers_are_measured() -> None:
+    from streams.control.offpolicy import learned_curves
+
+    kw = {"rma_units_per_accel_s": 3500.0, "sbm_rps_per_accel": 20.0, "request_rps": 100.0,
+          "prior_rma": ((8.0, 1.0), (16.0, 0.5))}
+    est = GainEstimator(SbmConfig(), LabelsConfig())
+    assert learned_curves(est, **kw) is None                      # nothing measured yet
+    rounds, _ = _rounds(np.random.default_rng(5), 40_000, {"a": 0.1, "b": 0.8})
+    for r in rounds:
+        est.observe(r)
+    curves = learned_curves(est, **kw)
+    assert curves is not None
+    rma, sbm = curves
+    assert len(rma) == 1 and rma[0][0] == 24.0
+    per_extra = est.lift()["rma_per_extra"].measured
+    assert per_extra is not None and rma[0][1] == pytest.approx(per_extra * 3500.0, rel=0.05)
+    # one piece per segment, the one that gains most first, worth its gain per powerful rps
+    assert [v for _, v in sbm] == sorted((v for _, v in sbm), reverse=True)
+    assert sbm[0][1] == pytest.approx(0.8 * 20.0, rel=0.15)
+    assert sbm[1][1] == pytest.approx(0.1 * 20.0, rel=0.5)
+    assert sum(w for w, _ in sbm) == pytest.approx(100.0 / 20.0, rel=0.1)
+
+
+def test_the_true_split_counts_what_routing_changed() -> None:
+    from sim.engine import true_lift
+
+    # one segment: 2 baseline-arm requests with RMA value 0.1 each, 2 powerful ones with gain
+    # 0.5 and RMA value 0.3 each: SBM added 0.5 + 0.3 - 0.1 per powerful request
+    lift = true_lift({"s": [2.0, 0.2, 2.0, 1.6]})
+    assert lift["all"] == pytest.approx(1.8 / 4)
+    assert lift["sbm"] == pytest.approx(2 * 0.7 / 4)
+    assert lift["rma"] == pytest.approx((1.8 - 1.4) / 4)
+    assert true_lift({}) == {"all": None, "sbm": None, "rma": None}
