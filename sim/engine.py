@@ -141,8 +141,9 @@ class Simulation:
         self._logged: dict[int, tuple[float, bool]] = {}
         #: Labels on their way: (due ms, seq, region, request id, value, segment, model).
         self._labels: list[tuple[float, int, str, str, float, str, str]] = []
-        #: Per region, the true lift of treated requests: [n, Σ sbm gain, Σ rma value].
-        self._true_lift: dict[str, list[float]] = {}
+        #: Per region and segment, the truth of treated requests: [baseline-arm n, Σ their RMA
+        #: value, powerful n, Σ their gain + RMA value] (see ``true_lift``).
+        self._true_lift: dict[str, dict[str, list[float]]] = {}
         #: Per region: (ts, labels joined) of each surplus target, and if its segment order
         #: matched the true gain order.
         self._order: dict[str, list[tuple[int, int, bool]]] = {}
@@ -442,10 +443,14 @@ class Simulation:
             # probability it was not chosen (as the live client logs it).
             propensity = max(1.0 - propensity, 1e-6)
         if not holdout:
-            lift = self._true_lift.setdefault(rc.name, [0.0, 0.0, 0.0])
-            lift[0] += 1.0
-            lift[1] += sbm
-            lift[2] += rma
+            truth = self._true_lift.setdefault(rc.name, {}).setdefault(seg.name,
+                                                                       [0.0, 0.0, 0.0, 0.0])
+            if model == "powerful":
+                truth[2] += 1.0
+                truth[3] += sbm + rma
+            else:
+                truth[0] += 1.0
+                truth[1] += rma
         request_id = f"{rc.name}-{req.rid}"
         self._publish(end, "outcomes", rc.name, RoutingOutcome(
             v=DECISION_VERSION, ts_ms=int(req.finished_ms), scope=rc.name,
@@ -676,9 +681,7 @@ class Simulation:
             controller = self.plane.driver.controllers.get(region)
             if controller is None:
                 continue
-            n, sbm, rma = self._true_lift.get(region, [0.0, 0.0, 0.0])
-            true = {"all": (sbm + rma) / n if n else None, "sbm": sbm / n if n else None,
-                    "rma": rma / n if n else None}
+            true = true_lift(self._true_lift.get(region, {}))
             measured = controller.estimates.lift()
             lift[region] = {lever: {
                 "lift_measured": _r(measured[lever].measured),
@@ -703,6 +706,24 @@ class Simulation:
                 "settled_at_s": round((settled[0] - self.t0) / 1000.0, 3),
                 "labels_joined": settled[1]}
         return {"lift": lift, "labels": labels, "segment_order": order}
+
+
+def true_lift(truth: dict[str, list[float]]) -> dict[str, float | None]:
+    """The true lift per treated request, per lever, from per-segment sums ``[baseline-arm n,
+    Σ RMA value, powerful n, Σ gain + RMA value]``. ``all``: the incremental value of the
+    treated requests. ``sbm``: what routing to the powerful model added, the request's gain
+    plus the value of the extras it got there, less what the extras of its segment's
+    baseline-arm requests were worth (what it would have got without SBM); ``rma``: the rest
+    (the extras' value with SBM off). The measured split estimates the same quantities."""
+    n = sum(t[0] + t[2] for t in truth.values())
+    if n <= 0:
+        return {"all": None, "sbm": None, "rma": None}
+    total = sum(t[1] + t[3] for t in truth.values())
+    sbm = 0.0
+    for name in sorted(truth):
+        nb, rb, npow, vp = truth[name]
+        sbm += vp - npow * (rb / nb if nb else 0.0)
+    return {"all": total / n, "sbm": sbm / n, "rma": (total - sbm) / n}
 
 
 def _r(value: float | None) -> float | None:

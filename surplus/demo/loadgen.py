@@ -46,6 +46,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 
 from schemas.clock import wall_ms
 from schemas.kafka_config import KafkaSettings
+from sim.engine import true_lift
 from sim.scenario import RegionConfig, Scenario, SegmentConfig
 from sim.traces import arrival_counts
 from workers.api import Candidate, RankResponse
@@ -152,6 +153,8 @@ class LoadGenerator:
         self.errors: dict[str, int] = {}
         self.totals = Second()
         self.holdout_requests = 0
+        #: Per segment, treated requests: [baseline n, Σ RMA value, powerful n, Σ gain + RMA].
+        self._truth: dict[str, list[float]] = {}
         self._second = Second()
         self._in_flight: set[asyncio.Task[None]] = set()
         self._cuts_seen: dict[str, int] = {}
@@ -248,6 +251,14 @@ class LoadGenerator:
         self._label_later(resp.request_id, observed)
         if result.decision.holdout:
             self.holdout_requests += 1
+        else:
+            truth = self._truth.setdefault(seg.name, [0.0, 0.0, 0.0, 0.0])
+            if resp.model == "powerful":
+                truth[2] += 1.0
+                truth[3] += gain_sbm + gain_rma
+            else:
+                truth[0] += 1.0
+                truth[1] += gain_rma
         self._account(offset, result.latency_ms, resp, result.decision.extra, extra_scored,
                       result.fell_back, seg.name, observed, gain_rma, gain_sbm, fate)
 
@@ -389,7 +400,8 @@ class LoadGenerator:
                                            "sbm": round(t.gain_sbm, 6)},
             "holdout_requests": self.holdout_requests,
             "treated_requests": t.requests - self.holdout_requests,
-            "lift_true": _true_lift(t, t.requests - self.holdout_requests),
+            "lift_true": {k: None if v is None else round(v, 6)
+                          for k, v in true_lift(self._truth).items()},
             "labels_sent": self.labels_sent, "labels_lost": self.labels_lost,
             "labels_not_yet_due": self.labels_due,
             "planned_requests": len(self.offsets), "client_cuts": self._client_cuts(),
@@ -401,14 +413,6 @@ class LoadGenerator:
             else None}
         (self.out / "loadgen.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
-
-
-def _true_lift(t: Second, treated: int) -> dict[str, float | None]:
-    """True incremental value per treated request, per lever (the holdout adds none)."""
-    if treated <= 0:
-        return {"all": None, "sbm": None, "rma": None}
-    return {"all": round(t.gain / treated, 6), "sbm": round(t.gain_sbm / treated, 6),
-            "rma": round(t.gain_rma / treated, 6)}
 
 
 async def model_shape(url: str, timeout_s: float = 60.0) -> tuple[int, int]:
