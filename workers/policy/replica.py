@@ -20,6 +20,8 @@ from schemas.contract import ControlTargets, PreemptionNotice, ShedReason
 from workers.policy.targets import EffectiveTargets, LocalLimits, TargetState, TargetVerdict
 
 NoticeOutcome = Literal["applied", "not_mine", "stale", "duplicate"]
+#: Notice ids a replica gives the notice it publishes for itself on SIGTERM.
+SHUTDOWN_PREFIX = "shutdown-"
 
 
 def serves_whole_requests(model: str, tier: str) -> bool:
@@ -107,6 +109,19 @@ class ReplicaPolicy:
         return notice.pool_id == self.pool_id and (
             not notice.replicas or self.worker_id in notice.replicas)
 
+    def shutdown_notice_id(self, now_ms: int) -> str:
+        """The id of the notice this replica publishes for itself on SIGTERM."""
+        return f"{SHUTDOWN_PREFIX}{self.worker_id}-{now_ms}"
+
+    def _outlived(self, notice: PreemptionNotice, now_ms: int) -> bool:
+        """Issued before this replica started, and about an earlier incarnation: its deadline
+        has passed, or it is that incarnation's own shutdown notice (its process is gone; the
+        grace period in its deadline was the old process's, not a reclaim of this one)."""
+        if notice.ts_ms >= self.started_ms:
+            return False
+        return (notice.deadline_ms <= now_ms
+                or notice.notice_id.startswith(f"{SHUTDOWN_PREFIX}{self.worker_id}-"))
+
     def on_notice(self, notice: PreemptionNotice, now_ms: int) -> NoticeOutcome:
         """Whether to stop optional work now. On ``applied`` the targets already say baseline
         only; the caller stops its admission queues (and drains until the deadline).
@@ -115,11 +130,12 @@ class ReplicaPolicy:
         hardware failure, an unannounced reclaim or Kafka lag longer than the notice looks
         like, and the replica is still doing optional work it is about to lose. Only a notice
         issued before this replica started whose deadline has passed is ``stale``: a reclaim
-        of an earlier incarnation, read back after a restart, that this one outlived. (One
+        of an earlier incarnation, read back after a restart, that this one outlived. So is an
+        earlier incarnation's own shutdown notice, whatever its deadline. (Any other notice
         issued before the start with its deadline still ahead is a reclaim still pending.)"""
         if not self.concerns(notice):
             return "not_mine"
-        if notice.ts_ms < self.started_ms and notice.deadline_ms <= now_ms:
+        if self._outlived(notice, now_ms):
             return "stale"
         if notice.notice_id in self._notices_seen:
             return "duplicate"  # re-read after a consumer restart: targets may have moved on

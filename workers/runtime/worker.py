@@ -127,7 +127,7 @@ class Worker:
         now = self.clock_ms()
         cfg = self.config
         notice = PreemptionNotice(
-            notice_id=f"shutdown-{cfg.worker_id}-{now}", ts_ms=now, region=cfg.region,
+            notice_id=self.policy.shutdown_notice_id(now), ts_ms=now, region=cfg.region,
             pool_id=cfg.pool, replicas=[cfg.worker_id],
             deadline_ms=now + int(cfg.shutdown_grace_s * 1000), accelerator=cfg.accelerator,
             accelerator_units=cfg.accelerator_units)

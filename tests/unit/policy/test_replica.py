@@ -9,8 +9,8 @@ from workers.policy.targets import LocalLimits
 POOL = "eu1/rank/baseline/l4/opportunistic"
 
 
-def _policy(share: float = 1.0, started_ms: int = 0) -> ReplicaPolicy:
-    return ReplicaPolicy(pool_id=POOL, worker_id="w1", region="eu1",
+def _policy(share: float = 1.0, started_ms: int = 0, worker_id: str = "w1") -> ReplicaPolicy:
+    return ReplicaPolicy(pool_id=POOL, worker_id=worker_id, region="eu1",
                          limits=LocalLimits(max_extra_candidates=16), budget_share=share,
                          started_ms=started_ms)
 
@@ -91,6 +91,22 @@ def test_a_reclaim_the_replica_outlived_is_stale_one_still_pending_applies() -> 
     assert not policy.current(1_010).baseline_only
     assert policy.on_notice(_notice("n2", ts=900, deadline=60_000), 1_010) == "applied"
     assert policy.current(1_010).reason == "preempted"
+
+
+def test_an_earlier_incarnations_own_shutdown_notice_is_stale_for_its_successor() -> None:
+    """A replica restarted under the same id (a StatefulSet pod, the demo's replicas) reads
+    back the notice its predecessor published on SIGTERM, whose deadline is the old process's
+    grace period: it must not stop the new process's optional work."""
+    before = _policy(started_ms=0)
+    own = before.shutdown_notice_id(900)
+    policy = _policy(started_ms=1_000)
+    policy.offer(_targets(1, at=1_000), 1_000, admission_preempted=False)
+    me = policy.worker_id
+    assert policy.on_notice(_notice(own, replicas=(me,), ts=900, deadline=30_900), 1_010) \
+        == "stale"
+    assert not policy.current(1_010).baseline_only
+    other = _policy(worker_id="w2").shutdown_notice_id(900)
+    assert policy.on_notice(_notice(other, ts=900, deadline=30_900), 1_010) == "applied"
 
 
 def test_a_zero_notice_reclaim_after_the_start_applies() -> None:
