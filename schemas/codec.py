@@ -10,7 +10,14 @@ from typing import Annotated, Any, Generic, TypeVar
 
 import msgspec
 
-from schemas.contract import EVENT_TYPES, READABLE_VERSIONS, Event, RoutingOutcome, WindowReport
+from schemas.contract import (
+    EVENT_TYPES,
+    READABLE_VERSIONS,
+    Event,
+    OutcomeLabel,
+    RoutingOutcome,
+    WindowReport,
+)
 
 E = TypeVar("E", bound=Event)
 
@@ -137,11 +144,27 @@ _outcomes_decoder = msgspec.json.Decoder(
     strict=True)
 
 
+_labels_decoder = msgspec.json.Decoder(
+    OutcomeLabel | Annotated[list[OutcomeLabel], msgspec.Meta(max_length=OUTCOMES_BATCH_MAX)],
+    strict=True)
+
+
 def decode_outcomes(payload: bytes | bytearray | memoryview | str) -> list[RoutingOutcome]:
     """An outcomes value: one decision record (a JSON object) or a client's batch of them (a
     JSON array), each checked as strictly as a single one. A busy client sends batches, so
     the control plane pays its per-message cost once per batch, not once per request."""
-    name = "RoutingOutcome"
+    return _decode_batch(RoutingOutcome, _outcomes_decoder, payload)
+
+
+def decode_labels(payload: bytes | bytearray | memoryview | str) -> list[OutcomeLabel]:
+    """A labels value: one OutcomeLabel (keyed by its request id) or a batch of labels of one
+    scope (a JSON array, keyed by the scope), as strictly as `decode_outcomes`."""
+    return _decode_batch(OutcomeLabel, _labels_decoder, payload)
+
+
+def _decode_batch(event_type: type[E], decoder: msgspec.json.Decoder[Any],
+                  payload: bytes | bytearray | memoryview | str) -> list[E]:
+    name = event_type.__name__
     if payload is None:
         raise ContractError(name, "empty payload (null value)")
     if isinstance(payload, str):
@@ -152,9 +175,9 @@ def decode_outcomes(payload: bytes | bytearray | memoryview | str) -> list[Routi
         raise ContractError(name, f"payload of {len(payload)} bytes exceeds the "
                                   f"{TELEMETRY_MAX_BYTES}-byte limit")
     if len(payload) <= DEFAULT_MAX_BYTES and payload.lstrip()[:1] != b"[":
-        return [codec_for(RoutingOutcome).decode(payload)]
+        return [codec_for(event_type).decode(payload)]
     try:
-        decoded = _outcomes_decoder.decode(payload)
+        decoded = decoder.decode(payload)
     except msgspec.ValidationError as exc:
         raise ContractError(name, str(exc)) from None
     except msgspec.DecodeError as exc:
@@ -168,8 +191,8 @@ def decode_outcomes(payload: bytes | bytearray | memoryview | str) -> list[Routi
     return records
 
 
-def encode_outcomes(records: list[RoutingOutcome]) -> bytes:
-    """A batch of decision records as one outcomes value (a JSON array)."""
+def encode_outcomes(records: list[RoutingOutcome] | list[OutcomeLabel]) -> bytes:
+    """A batch of decision records (or of labels) as one value (a JSON array)."""
     return _encoder.encode(records)
 
 

@@ -32,7 +32,14 @@ import msgspec
 
 from schemas import kafka_clients
 from schemas.clock import wall_ms
-from schemas.codec import ContractError, codec_for, decode_outcomes, decode_telemetry, encode
+from schemas.codec import (
+    ContractError,
+    codec_for,
+    decode_labels,
+    decode_outcomes,
+    decode_telemetry,
+    encode,
+)
 from schemas.contract import (
     CapacityEvent,
     ControlTargets,
@@ -380,6 +387,7 @@ def _take(msg: Any, names: dict[str, str], codecs: dict[str, Any], merge: _Merge
         # So may an outcomes message (a client's batch of decision records).
         values = (decode_telemetry(msg.value()) if topic == "telemetry"
                   else decode_outcomes(msg.value()) if topic == "outcomes"
+                  else decode_labels(msg.value()) if topic == "labels"
                   else [codecs[topic].decode(msg.value())])
     except ContractError as exc:
         reason = f"{topic}: {exc.reason}"[:120]

@@ -27,7 +27,14 @@ import faust
 import msgspec
 
 from schemas.clock import wall_ms
-from schemas.codec import ContractError, decode, decode_outcomes, decode_telemetry, encode
+from schemas.codec import (
+    ContractError,
+    decode,
+    decode_labels,
+    decode_outcomes,
+    decode_telemetry,
+    encode,
+)
 from schemas.contract import ControlTargets, DeadLetter, Event, OperatorOverride, OutcomeLabel
 from schemas.kafka_config import KafkaSettings
 from schemas.signing import sign
@@ -124,8 +131,9 @@ class ControlPlane:
     async def _on_input(self, rule: Rule, scope: str, value: bytes, partition: int) -> None:
         values: Sequence[Event] = (decode_telemetry(value) if rule.topic == "telemetry"
                                    else decode_outcomes(value) if rule.topic == "outcomes"
+                                   else decode_labels(value) if rule.topic == "labels"
                                    else (decode(rule.value_type, value),))
-        if rule.topic == "labels":
+        if rule.topic == "labels" and values:
             label = values[0]
             assert isinstance(label, OutcomeLabel)
             want = scope_partition(label.scope, self.partitions)
@@ -143,6 +151,8 @@ class ControlPlane:
             self.metrics.reports.inc(len(values))
         elif rule.topic == "outcomes":
             self.metrics.decisions.inc(len(values))
+        elif rule.topic == "labels":
+            self.metrics.labels_received.inc(len(values))
         elif isinstance(values[0], OperatorOverride):
             self.metrics.observe_override(values[0])
             log.warning("operator override %s", describe(values[0]))

@@ -27,6 +27,9 @@ class Metrics:
         self.decisions = Counter("surplus_control_decisions_total",
                                  "Decision records taken (an outcomes message may carry a batch)",
                                  registry=self.registry)
+        self.labels_received = Counter("surplus_control_labels_received_total",
+                                       "Labels taken into the join (a labels message may carry "
+                                       "a batch of one scope)", registry=self.registry)
         self.labels_joined = Counter("surplus_control_labels_total",
                                      "Labels and decisions of the attribution join, by outcome "
                                      "(joined, inline, late, orphan, duplicate, "

@@ -7,8 +7,9 @@ the event. Live (``streams.agents.control``), in offline replay and in the fleet
 1. its scope is read from the value (``Rule.scope``): the ``region`` of a WindowReport, a
    CapacityEvent or a PreemptionNotice, the ``scope`` of a RoutingOutcome, an OutcomeLabel or
    an OperatorOverride;
-2. the message key must equal that scope (a label's: its request id; labels are written to
-   their scope's partition instead), or the event is refused as ``key_mismatch``;
+2. the message key must equal that scope (a single label's may be its request id instead; a
+   batch of labels is keyed by their scope, and labels are written to their scope's
+   partition), or the event is refused as ``key_mismatch``;
 3. the scope's controller takes it (``Rule.apply``: ``on_report``, ``on_capacity``,
    ``on_preemption``, ``on_outcome``, ``on_label``, ``on_override``). A controller that
    refuses it (unlike
@@ -83,7 +84,7 @@ class Rule:
     durable: bool
     """The event changes state that must survive a restart: persist it before publishing."""
     key: Callable[[Any], str] | None = None
-    """What the message key must equal, when not the scope (a label's request id)."""
+    """What the message key may equal besides the scope (a single label's request id)."""
 
 
 RULES: dict[str, Rule] = {rule.topic: rule for rule in (
@@ -115,6 +116,14 @@ def key_mismatch(key: str | None, scope: str, what: str = "scope") -> Rejected:
     return Rejected(KEY_MISMATCH, f"message key {key!r} does not match {what} {scope!r}")
 
 
+def _mismatch(rule: Rule, key: str | None, value: Any, scope: str) -> Rejected:
+    if rule.key is None:
+        return key_mismatch(key, scope)
+    return Rejected(KEY_MISMATCH, f"message key {key!r} is neither the request id "
+                                  f"{rule.key(value)!r} nor the scope {scope!r} (a batch's key "
+                                  f"is its scope)")
+
+
 def refused(exc: Exception) -> Rejected:
     """The refusal a controller's exception (one of ``REFUSALS``) stands for."""
     return Rejected(type(exc).__name__, str(exc))
@@ -124,11 +133,8 @@ def dispatch(rule: Rule, key: str | None, value: Any, controller_for: Controller
              now_ms: int) -> ControlTargets | None:
     """Hand one event to its scope's controller; targets to publish now, or None."""
     scope = rule.scope(value)
-    if rule.key is not None:
-        if key != rule.key(value):
-            raise key_mismatch(key, rule.key(value), "request id")
-    elif key != scope:
-        raise key_mismatch(key, scope)
+    if key != scope and (rule.key is None or key != rule.key(value)):
+        raise _mismatch(rule, key, value, scope)
     controller = controller_for(scope)
     try:
         return rule.apply(controller, value, now_ms)
@@ -142,11 +148,8 @@ def dispatch_all(rule: Rule, key: str | None, values: Sequence[Any],
     each in turn (a refusal stops at that value); the targets to publish now, in order."""
     for value in values:
         scope = rule.scope(value)
-        if rule.key is not None:
-            if key != rule.key(value):
-                raise key_mismatch(key, rule.key(value), "request id")
-        elif key != scope:
-            raise key_mismatch(key, scope)
+        if key != scope and (rule.key is None or len(values) > 1 or key != rule.key(value)):
+            raise _mismatch(rule, key, value, scope)
     if not values:
         return []
     controller = controller_for(rule.scope(values[0]))

@@ -1,10 +1,10 @@
 """The decision/label join in the control plane, as a real Faust worker on a real broker.
 
-Pins: a client's batch of decision records (one message) and labels keyed by request id on
-the scope's partition are joined; duplicates and labels for unknown ids are counted by
-reason and change nothing; a label on another partition and one that does not decode go to
-the dead-letter topic with the reason; the joined values reach the measured lift and the
-segment gains on /metrics.
+Pins: a client's batch of decision records (one message) and labels on the scope's
+partition, one per message keyed by request id or a batch keyed by the scope, are joined;
+duplicates and labels for unknown ids are counted by reason and change nothing; a label on
+another partition and one that does not decode go to the dead-letter topic with the reason;
+the joined values reach the measured lift and the segment gains on /metrics.
 """
 
 from __future__ import annotations
@@ -65,9 +65,12 @@ def test_decisions_and_labels_join_on_the_broker_and_bad_labels_are_dead_lettere
         def value(i: int) -> float:
             return 1.0 + (0.5 if i % 2 else 0.0) + (0.0 if i % 10 == 0 else 0.25)
 
-        labels = [(f"r{i}", encode(OutcomeLabel(ts_ms=now + 1, scope=SCOPE,
-                                                request_id=f"r{i}", value=value(i))), right)
-                  for i in reversed(range(N))]                    # out of order
+        def one(i: int) -> OutcomeLabel:
+            return OutcomeLabel(ts_ms=now + 1, scope=SCOPE, request_id=f"r{i}", value=value(i))
+
+        half = N // 2
+        labels = [(f"r{i}", encode(one(i)), right) for i in reversed(range(half))]  # shuffled
+        labels.insert(57, (SCOPE, encode_outcomes([one(i) for i in range(half, N)]), right))
         labels += labels[:10]                                     # retried: duplicates
         labels += [(f"x{i}", encode(OutcomeLabel(ts_ms=now, scope=SCOPE, request_id=f"x{i}",
                                                  value=1.0)), right) for i in range(50)]
@@ -101,6 +104,7 @@ def test_decisions_and_labels_join_on_the_broker_and_bad_labels_are_dead_lettere
         got = {o: count(o) for o in ("joined", "duplicate", "orphan", "late", "inline")}
         assert got == {"joined": N, "duplicate": 10, "orphan": 50, "late": 0, "inline": 0}, got
         assert metric(samples, "surplus_control_decisions_total") == N
+        assert metric(samples, "surplus_control_labels_received_total") == N + 10 + 50
         lift = metric(samples, "surplus_control_lift", scope=SCOPE, lever="all",
                       stat="measured")
         assert lift == pytest.approx(0.25 + 0.5 * 0.5, abs=0.05)   # rma 0.25, sbm 0.5 on half
@@ -108,7 +112,7 @@ def test_decisions_and_labels_join_on_the_broker_and_bad_labels_are_dead_lettere
                       stat="measured")
         assert gain == pytest.approx(0.5, abs=1e-6)
 
-        letters = []
+        letters: list[DeadLetter] = []
         end = time.monotonic() + 20
         while time.monotonic() < end and len(letters) < 2:
             dead.poll(0.5)

@@ -129,6 +129,7 @@ class RankingClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Decision records not yet sent, and when the oldest of them was made.
         self._batch: list[RoutingOutcome] = []
+        self._labels: list[OutcomeLabel] = []
         self._batch_since = 0.0
         self._served: dict[str, tuple[str, Model]] = {}
         self._flusher: asyncio.Task[None] | None = None
@@ -169,8 +170,9 @@ class RankingClient:
         linger_s = max(self.config.decision_linger_ms, 10.0) / 1000.0
         while True:
             await asyncio.sleep(linger_s)
-            if self._batch and ((time.perf_counter() - self._batch_since) * 1000.0
-                                >= self.config.decision_linger_ms):
+            if (self._batch or self._labels) and (
+                    (time.perf_counter() - self._batch_since) * 1000.0
+                    >= self.config.decision_linger_ms):
                 self.flush_decisions()
 
     async def close(self) -> None:
@@ -407,7 +409,7 @@ class RankingClient:
             if fell_back is None else 0,
             propensity=min(max(propensity, 1e-6), 1.0), holdout=decision.holdout)
         batch = self._batch
-        if not batch:
+        if not batch and not self._labels:
             self._batch_since = time.perf_counter()
         batch.append(record)
         if (len(batch) >= self.config.decision_batch_max
@@ -416,9 +418,14 @@ class RankingClient:
             self.flush_decisions()
 
     def flush_decisions(self) -> None:
-        """Send the decision records queued so far as one outcomes message."""
+        """Send the decision records queued so far as one outcomes message, and the labels
+        as one labels message (keyed by the scope; a lone label by its request id)."""
         producer, batch = self._producer, self._batch
-        if producer is None or self.kafka is None or not batch:
+        if producer is None or self.kafka is None:
+            return
+        if self._labels:
+            self._flush_labels(producer)
+        if not batch:
             return
         self._batch = []
         n = len(batch)
@@ -440,8 +447,9 @@ class RankingClient:
 
     def label(self, request_id: str, value: float) -> None:
         """The outcome of a request served earlier (a click, a conversion, watch time): sent
-        to the labels topic, keyed by request id, on the partition of this client's scope;
-        the router learns from it while it still remembers the request."""
+        to the labels topic on the partition of this client's scope, batched as decisions are
+        (a batch keyed by the scope, a lone label by its request id); the router learns from
+        it while it still remembers the request."""
         value = min(max(float(value), -VALUE_BOUND), VALUE_BOUND)
         served = self._served.pop(request_id, None)
         if served is not None:
@@ -449,14 +457,28 @@ class RankingClient:
         producer = self._producer
         if producer is None or self.kafka is None or not self.config.publish_outcomes:
             return
-        label = OutcomeLabel(ts_ms=self._clock(), scope=self.config.scope,
-                             request_id=request_id, value=value)
+        labels = self._labels
+        if not labels and not self._batch:
+            self._batch_since = time.perf_counter()
+        labels.append(OutcomeLabel(ts_ms=self._clock(), scope=self.config.scope,
+                                   request_id=request_id, value=value))
+        if (len(labels) >= self.config.decision_batch_max
+                or (time.perf_counter() - self._batch_since) * 1000.0
+                >= self.config.decision_linger_ms):
+            self.flush_decisions()
+
+    def _flush_labels(self, producer: Producer) -> None:
+        assert self.kafka is not None
+        labels, self._labels = self._labels, []
+        one = len(labels) == 1
         try:
-            producer.produce(self.kafka.topic("labels"), key=request_id,
-                             value=encode_event(label), partition=self._labels_partition)
-            self.decider.bump("labels", "sent")
+            producer.produce(self.kafka.topic("labels"),
+                             key=labels[0].request_id if one else self.config.scope,
+                             value=encode_event(labels[0]) if one else encode_outcomes(labels),
+                             partition=self._labels_partition)
+            self.decider.bump("labels", "sent", len(labels))
         except BufferError:
-            self.decider.bump("labels", "dropped_queue_full")
+            self.decider.bump("labels", "dropped_queue_full", len(labels))
         producer.poll(0)
 
     def _send_dead_letter(self, letter: DeadLetter) -> None:

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import tracemalloc
+from typing import Any
 
 import msgspec
 import numpy as np
 import pytest
 
-from schemas.codec import ContractError, decode_outcomes, encode, encode_outcomes
+from schemas.codec import ContractError, decode_labels, decode_outcomes, encode, encode_outcomes
 from schemas.contract import DECISION_VERSION, OutcomeLabel, RoutingOutcome
 from streams.control.config import ControlConfig, LabelsConfig, SbmConfig
 from streams.control.controller import ScopeController, ScopeMismatch
-from streams.control.dispatch import RULES, Rejected, dispatch
+from streams.control.dispatch import RULES, Rejected, dispatch, dispatch_all
 from streams.control.labels import AttributionJoin
 from streams.control.offpolicy import GainEstimator
 from workers.policy.holdout import in_holdout
@@ -97,8 +98,8 @@ def test_labels_reach_the_estimates_through_the_rulebook_keyed_by_request_id() -
     controllers = {SCOPE: controller}
     dispatch(RULES["outcomes"], SCOPE, decision("r1", model="powerful", propensity=0.5),
              controllers.__getitem__, 0)
-    with pytest.raises(Rejected, match="request id"):
-        dispatch(RULES["labels"], SCOPE, label("r1"), controllers.__getitem__, 1)
+    with pytest.raises(Rejected, match="neither the request id"):
+        dispatch(RULES["labels"], "r2", label("r1"), controllers.__getitem__, 1)
     dispatch(RULES["labels"], "r1", label("r1", 3.0), controllers.__getitem__, 1)
     assert controller.join.counts["joined"] == 1
     with pytest.raises(ScopeMismatch):
@@ -107,6 +108,17 @@ def test_labels_reach_the_estimates_through_the_rulebook_keyed_by_request_id() -
     assert state.estimates.segments["s"].powerful.n == 1.0
     restored = ScopeController(SCOPE, ControlConfig(), state)
     assert restored.estimates.state == controller.estimates.state
+
+
+def test_a_batch_of_labels_is_keyed_by_its_scope() -> None:
+    controller = ScopeController(SCOPE, ControlConfig())
+    controllers = {SCOPE: controller}.__getitem__
+    dispatch_all(RULES["outcomes"], SCOPE, [decision("a"), decision("b")], controllers, 0)
+    batch = decode_labels(encode_outcomes([label("a", 1.0), label("b", 2.0)]))
+    with pytest.raises(Rejected, match="a batch's key is its scope"):
+        dispatch_all(RULES["labels"], "a", batch, controllers, 1)
+    dispatch_all(RULES["labels"], SCOPE, batch, controllers, 1)
+    assert controller.join.counts["joined"] == 2
 
 
 def test_a_client_batch_of_decisions_decodes_strictly() -> None:
@@ -216,8 +228,8 @@ def test_estimates_are_a_function_of_the_joined_decisions_only() -> None:
 def test_value_curves_stay_the_prior_until_both_levers_are_measured() -> None:
     from streams.control.offpolicy import learned_curves
 
-    kw = {"rma_units_per_accel_s": 3500.0, "sbm_rps_per_accel": 20.0, "request_rps": 100.0,
-          "prior_rma": ((8.0, 1.0), (16.0, 0.5))}
+    kw: dict[str, Any] = {"rma_units_per_accel_s": 3500.0, "sbm_rps_per_accel": 20.0,
+                          "request_rps": 100.0, "prior_rma": ((8.0, 1.0), (16.0, 0.5))}
     est = GainEstimator(SbmConfig(), LabelsConfig())
     assert learned_curves(est, **kw) is None                      # nothing measured yet
     rounds, _ = _rounds(np.random.default_rng(5), 40_000, {"a": 0.1, "b": 0.8})
