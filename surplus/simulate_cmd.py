@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -53,6 +53,8 @@ def simulate(
                 extra = [k for k in ("value_vs_best_static", "static_setting") if k in row]
                 typer.echo(f"{name:{width}s} " + ", ".join(
                     f"{k}={row[k]}" for k in (*HEADLINE[:5], *extra)))
+            for region, levers in summary["runs"].get("surplus", {}).get("lift", {}).items():
+                typer.echo(_lift_line(region, levers))
             typer.echo(f"report: {out / 'report.html'}")
             return
         result = run_one(scenario, controller, out, duration_s=duration, seed=seed,
@@ -62,4 +64,19 @@ def simulate(
     typer.echo(", ".join(f"{k}={result[k]}" for k in HEADLINE))
     if "static_setting" in result:
         typer.echo(f"static_setting={result['static_setting']}")
+    for region, levers in result.get("lift", {}).items():
+        typer.echo(_lift_line(region, levers))
     typer.echo(f"summary: {out / 'summary.json'}; event log: {out / result['log']}")
+
+
+def _lift_line(region: str, levers: dict[str, Any]) -> str:
+    """Measured lift (the control plane's, against the holdout) beside the true lift."""
+    parts = []
+    for lever in ("all", "sbm", "rma"):
+        e = levers.get(lever) or {}
+        if e.get("lift_measured") is None:
+            parts.append(f"{lever} not measured (true {e.get('lift_true')})")
+            continue
+        parts.append(f"{lever} {e['lift_measured']:.4f} [{e['lift_ci_low']:.4f}, "
+                     f"{e['lift_ci_high']:.4f}] true {e['lift_true']:.4f}")
+    return f"lift per treated request, {region}: " + "; ".join(parts)
