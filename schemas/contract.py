@@ -262,6 +262,35 @@ class OutcomeLabel(Event, frozen=True, kw_only=True):
     value: Annotated[float, Meta(ge=-1e6, le=1e6)]
 
 
+class LiftEstimate(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True,
+                   omit_defaults=True):
+    """A measured lift (value per treated request) with its interval; unset: not enough
+    labels yet."""
+
+    measured: Annotated[float, Meta(ge=-1e9, le=1e9)] | None = None
+    ci_low: Annotated[float, Meta(ge=-1e9, le=1e9)] | None = None
+    ci_high: Annotated[float, Meta(ge=-1e9, le=1e9)] | None = None
+
+
+class LiftReport(Event, frozen=True, kw_only=True):
+    """What optional work measurably paid in one scope, as of one control period (estimates
+    topic, compacted, keyed by scope; the control plane's output, like the targets).
+
+    ``lift`` per lever (``all``, ``sbm``, ``rma``, ``rma_per_extra``): treated requests'
+    mean value minus the holdout's; ``join``: the attribution join's counts by reason."""
+
+    v: int = DECISION_VERSION
+    scope: Name
+    ts_ms: TimestampMs
+    epoch: Annotated[int, Meta(ge=0)]
+    """The epoch of the targets issued with it."""
+    lift: Annotated[dict[Name, LiftEstimate], Meta(max_length=16)] = {}
+    join: Annotated[dict[Name, NonNegInt], Meta(max_length=32)] = {}
+    treated: NonNegInt = 0
+    holdout: NonNegInt = 0
+    curves_learned: bool = False
+
+
 class DeadLetter(Event, frozen=True, kw_only=True):
     """A message nobody could use, kept with why and where it came from (deadletter topic)."""
 
@@ -308,14 +337,14 @@ class ReplicaAnnouncement(Event, frozen=True, kw_only=True):
 
 EVENT_TYPES: tuple[type[Event], ...] = (
     WindowReport, CapacityEvent, PreemptionNotice, ControlTargets, RoutingOutcome, DeadLetter,
-    OperatorOverride, ReplicaAnnouncement, OutcomeLabel,
+    OperatorOverride, ReplicaAnnouncement, OutcomeLabel, LiftReport,
 )
 
 __all__ = [
     "DECISION_VERSION", "EVENT_TYPES", "LIMIT_REASONS", "OPERATOR_VERSION", "READABLE_VERSIONS",
     "SCHEMA_VERSION", "SHED_REASONS", "CapacityEvent", "ControlTargets", "DeadLetter", "Event",
-    "LatencySketch", "LimitReason", "ModelKind", "OperatorOverride", "OutcomeLabel",
-    "PreemptionNotice", "ReplicaAnnouncement",
+    "LatencySketch", "LiftEstimate", "LiftReport", "LimitReason", "ModelKind",
+    "OperatorOverride", "OutcomeLabel", "PreemptionNotice", "ReplicaAnnouncement",
     "ReplicaState", "RmaTarget", "RoutingOutcome", "SbmTarget", "SegmentPriority", "ShedReason",
     "Tier", "WindowReport", "msgspec",
 ]

@@ -13,6 +13,7 @@ from schemas.contract import (
     ControlTargets,
     DeadLetter,
     Event,
+    LiftReport,
     OperatorOverride,
     OutcomeLabel,
     PreemptionNotice,
@@ -67,6 +68,8 @@ CATALOG: tuple[TopicSpec, ...] = (
     # Outcomes of requests, arriving late: keyed by request id, each written to the partition
     # of its scope (`scope_partition`) so it reaches the process that holds the decision.
     TopicSpec("labels", "request id", OutcomeLabel, SCOPE_PARTITIONS, "delete", 24 * HOUR_MS),
+    # What optional work measurably paid, per scope and period: the control plane's output.
+    TopicSpec("estimates", "scope", LiftReport, SCOPE_PARTITIONS, "compact", -1),
     TopicSpec("overrides", "scope", OperatorOverride, SCOPE_PARTITIONS, "compact", -1),
     # Membership: one value per replica id (a tombstone when it stops); every client reads all
     # of it, so one partition keeps the whole live set in one ordered log.

@@ -233,6 +233,10 @@ class Simulation:
             self.metrics.targets_emitted(targets)
         if isinstance(self.plane, SurplusPlane) and targets.reason == "period":
             self._track_order(targets)
+            controller = self.plane.driver.controllers.get(targets.scope)
+            if controller is not None:  # what the live plane publishes on the estimates topic
+                self.log.write_value(targets.issued_at_ms, "estimates", targets.scope,
+                                     controller.lift_report(targets.issued_at_ms))
         self._schedule(targets.issued_at_ms + self.sc.delays.targets_ms, "targets", targets)
 
     def _track_order(self, targets: ControlTargets) -> None:

@@ -4,8 +4,8 @@
 
 ``ts`` is the event time in ms since the epoch (the Kafka message timestamp when recorded),
 ``topic`` the *logical* topic (``telemetry|capacity|preemption|targets|outcomes|overrides|
-labels``), ``key`` the message key (the scope; a label's request id), ``value`` the contract's
-JSON for that topic. A path ending
+labels|estimates``), ``key`` the message key (the scope; a label's request id), ``value``
+the contract's JSON for that topic. A path ending
 in ``.zst`` is zstd-compressed. Logs are written by ``surplus record`` and by the simulator, and
 read by the offline replayer, the live replayer and the benchmark.
 
@@ -31,6 +31,7 @@ from schemas.contract import (
     CapacityEvent,
     ControlTargets,
     Event,
+    LiftReport,
     OperatorOverride,
     OutcomeLabel,
     PreemptionNotice,
@@ -40,7 +41,7 @@ from schemas.contract import (
 )
 
 TOPICS: tuple[str, ...] = ("telemetry", "capacity", "preemption", "targets", "outcomes",
-                           "overrides", "labels")
+                           "overrides", "labels", "estimates")
 """Logical topics an event log may hold, in the order used to break timestamp ties."""
 
 MAX_LINE_BYTES = 1 << 20
@@ -92,18 +93,23 @@ class LabelLogEvent(LogEvent, frozen=True, kw_only=True, tag="labels"):
     value: OutcomeLabel
 
 
+class EstimatesEvent(LogEvent, frozen=True, kw_only=True, tag="estimates"):
+    topic: ClassVar[str] = "estimates"
+    value: LiftReport
+
+
 AnyEvent = (TelemetryEvent | CapacityLogEvent | PreemptionEvent | TargetsEvent | OutcomeEvent
-            | OverrideEvent | LabelLogEvent)
+            | OverrideEvent | LabelLogEvent | EstimatesEvent)
 
 EVENT_CLASSES: dict[str, type[LogEvent]] = {
     cls.topic: cls
     for cls in (TelemetryEvent, CapacityLogEvent, PreemptionEvent, TargetsEvent, OutcomeEvent,
-                OverrideEvent, LabelLogEvent)
+                OverrideEvent, LabelLogEvent, EstimatesEvent)
 }
 VALUE_TYPES: dict[str, type[Event]] = {
     "telemetry": WindowReport, "capacity": CapacityEvent, "preemption": PreemptionNotice,
     "targets": ControlTargets, "outcomes": RoutingOutcome, "overrides": OperatorOverride,
-    "labels": OutcomeLabel,
+    "labels": OutcomeLabel, "estimates": LiftReport,
 }
 TOPIC_ORDER: dict[str, int] = {topic: i for i, topic in enumerate(TOPICS)}
 

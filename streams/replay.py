@@ -167,7 +167,7 @@ class ControlDriver:
         self._counts[cls] += 1
         rule = _RULES[cls]
         if rule is None:
-            if self.on_recorded is not None:
+            if self.on_recorded is not None and cls is TargetsEvent:
                 self.on_recorded(event)  # type: ignore[arg-type]
             return
         try:

@@ -57,6 +57,7 @@ def required_acls(component: Component, prefix: str = DEFAULT_PREFIX,
                             "overrides")]
         return [*inputs,
                 _topic(prefix, "targets", WRITE, "publishes ControlTargets"),
+                _topic(prefix, "estimates", WRITE, "publishes measured lift (LiftReport)"),
                 _topic(prefix, "deadletter", WRITE, "rejected input"),
                 AclRule("topic", f"{prefix}{app_id}-", "prefixed",
                         ("CREATE", "READ", "WRITE", "DESCRIBE"),

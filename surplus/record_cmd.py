@@ -24,7 +24,7 @@ def record(
         "--stop-at-end", help="Stop once every partition is caught up.")] = False,
     topics: Annotated[str, typer.Option(
         help="Logical topics to record, comma-separated.")]
-    = "telemetry,capacity,preemption,targets,outcomes,overrides,labels",
+    = "telemetry,capacity,preemption,targets,outcomes,overrides,labels,estimates",
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress line.")] = False,
 ) -> None:
     """Record live topics into an event log (from a time or offset, for a duration)."""

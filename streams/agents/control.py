@@ -78,6 +78,7 @@ class ControlPlane:
         ticks, changelog = internal_topics(kafka, settings)
         self.ticks = app.topic(ticks, internal=True, partitions=settings.partitions, **raw)
         self.targets = app.topic(kafka.topic("targets"), **raw)
+        self.estimates = app.topic(kafka.topic("estimates"), **raw)
         self.deadletter = app.topic(kafka.topic("deadletter"), **raw)
         self.changelog = app.topic(changelog, internal=True, partitions=settings.partitions,
                                    compacting=True, deleting=False, **raw)
@@ -187,6 +188,8 @@ class ControlPlane:
                 await self._save(scope)  # before publishing: an epoch on the wire is never reused
                 await self._publish(targets)
                 self.metrics.observe_controller(scope, entry.controller)
+                report = entry.controller.lift_report(tick.ts_ms)
+                await self.estimates.send(key=scope.encode(), value=encode(report))
 
     async def _send_ticks(self) -> None:
         """Tick each partition this process owns; the owner of a scope is the only ticker."""

@@ -37,6 +37,7 @@ from schemas.contract import (
     SCHEMA_VERSION,
     CapacityEvent,
     ControlTargets,
+    LiftReport,
     OperatorOverride,
     OutcomeLabel,
     PreemptionNotice,
@@ -51,7 +52,12 @@ from streams.control.config import ControlConfig
 from streams.control.cost import CostModel, PoolCost
 from streams.control.inventory import CapacityVector, InventoryState, PoolInventory
 from streams.control.labels import AttributionJoin
-from streams.control.offpolicy import EstimatesState, GainEstimator, learned_curves
+from streams.control.offpolicy import (
+    EstimatesState,
+    GainEstimator,
+    learned_curves,
+    lift_report,
+)
 from streams.control.rma import (
     RmaPolicy,
     RmaState,
@@ -428,6 +434,11 @@ class ScopeController:
     def capacity(self) -> CapacityVector:
         """Live capacity as of the last tick or event time seen (for telemetry)."""
         return self._inventory.available(self.scope, self._last_tick_ms or 0)
+
+    def lift_report(self, now_ms: int) -> LiftReport:
+        """The measured lift and the join's counts, for the estimates topic and the log."""
+        return lift_report(self.scope, now_ms, self._epoch, self._estimates, self._join.counts,
+                           self.curves_learned)
 
     @property
     def curves_learned(self) -> bool:

@@ -55,7 +55,7 @@ KEY_MISMATCH = "key_mismatch"
 UNKNOWN_TOPIC = "unknown_topic"
 REFUSALS: tuple[type[Exception], ...] = (SketchMismatch, TooManyPools, ScopeMismatch)
 """What a controller raises when it refuses an event (the event is bad, not the controller)."""
-RECORDED = frozenset({"targets"})
+RECORDED = frozenset({"targets", "estimates"})
 """Topics a log may hold that are output, never input: passed by, not dispatched."""
 
 ControllerFor = Callable[[str], ScopeController]

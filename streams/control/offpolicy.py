@@ -34,7 +34,13 @@ from statistics import NormalDist
 
 import msgspec
 
-from schemas.contract import RoutingOutcome, SegmentPriority
+from schemas.contract import (
+    DECISION_VERSION,
+    LiftEstimate,
+    LiftReport,
+    RoutingOutcome,
+    SegmentPriority,
+)
 from streams.control.config import LabelsConfig, SbmConfig
 
 _BOUND = 1e6
@@ -309,3 +315,20 @@ def learned_curves(est: GainEstimator, *, rma_units_per_accel_s: float,
 def _merge(a: Moments, b: Moments) -> Moments:
     return Moments(n=a.n + b.n, w=a.w + b.w, w2=a.w2 + b.w2, wy=a.wy + b.wy,
                    w2y=a.w2y + b.w2y, w2y2=a.w2y2 + b.w2y2)
+
+
+def lift_report(scope: str, ts_ms: int, epoch: int, est: GainEstimator,
+                join: dict[str, int], curves_learned: bool) -> LiftReport:
+    """The wire form of a scope's measured lift and join counts (estimates topic, event log)."""
+    def clip(x: float | None) -> float | None:
+        return None if x is None else max(-1e9, min(1e9, x))
+
+    def wire(e: Estimate) -> LiftEstimate:
+        return LiftEstimate(measured=clip(e.measured), ci_low=clip(e.ci_low),
+                            ci_high=clip(e.ci_high))
+
+    counts = est.counts()
+    return LiftReport(v=DECISION_VERSION, scope=scope, ts_ms=ts_ms, epoch=epoch,
+                      lift={k: wire(v) for k, v in sorted(est.lift().items())},
+                      join=dict(sorted(join.items())), treated=counts["treated"],
+                      holdout=counts["holdout"], curves_learned=curves_learned)

@@ -17,7 +17,13 @@ import pytest
 from schemas import kafka_clients
 from schemas.clock import wall_ms
 from schemas.codec import decode, encode, encode_outcomes
-from schemas.contract import DECISION_VERSION, DeadLetter, OutcomeLabel, RoutingOutcome
+from schemas.contract import (
+    DECISION_VERSION,
+    DeadLetter,
+    LiftReport,
+    OutcomeLabel,
+    RoutingOutcome,
+)
 from schemas.kafka_config import KafkaSettings
 from schemas.topics import scope_partition
 from surplus.localkafka import free_port
@@ -77,7 +83,18 @@ def test_decisions_and_labels_join_on_the_broker_and_bad_labels_are_dead_lettere
         labels.append(("y", encode(OutcomeLabel(ts_ms=now, scope=SCOPE, request_id="y",
                                                 value=1.0)), wrong))
         labels.append(("z", b'{"v":4,"ts_ms":1,"scope":"eu1","request_id":"z"}', right))
-        time.sleep(1.0)  # the decisions first: a label before its decision is an orphan
+        # The decisions first: a label read before its decision is an orphan (and its retry,
+        # read after it, joins), so wait until the control plane has taken them.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert proc.alive(), proc.output()[-3000:]
+            try:
+                if metric(scrape(f"http://127.0.0.1:{port}/metrics"),
+                          "surplus_control_decisions_total") >= N:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.3)
         _labels(kafka, labels)
 
         deadline = time.monotonic() + 60
@@ -111,6 +128,16 @@ def test_decisions_and_labels_join_on_the_broker_and_bad_labels_are_dead_lettere
         gain = metric(samples, "surplus_control_segment_gain", scope=SCOPE, segment="s",
                       stat="measured")
         assert gain == pytest.approx(0.5, abs=1e-6)
+
+        reports = TopicReader(kafka, "estimates")
+        end = time.monotonic() + 20
+        latest: LiftReport | None = None
+        while time.monotonic() < end and (latest is None or latest.join.get("joined") != N):
+            reports.poll(0.5)
+            if reports.messages:
+                latest = decode(LiftReport, reports.messages[-1].value())
+        assert latest is not None and latest.scope == SCOPE and latest.join["joined"] == N
+        assert latest.lift["all"].measured == pytest.approx(lift)
 
         letters: list[DeadLetter] = []
         end = time.monotonic() + 20

@@ -25,3 +25,10 @@ def test_a_log_of_decisions_and_labels_replays_to_the_same_estimates(tmp_path: P
     assert (round(estimates["lift"]["all"]["measured"], 6)
             == summary["lift"]["eu1"]["all"]["lift_measured"])
     assert two["scopes"] == one["scopes"]
+    # the simulator logged each period's LiftReport, as the live plane publishes it; replay
+    # passes them by, and the last one is what the replay measured at that tick
+    assert one["events_by_topic"]["estimates"] >= 10
+    from streams.eventlog import EstimatesEvent, read_events
+
+    last = [e for e in read_events(log) if isinstance(e, EstimatesEvent)][-1].value
+    assert last.join["joined"] > 1000 and last.lift["all"].measured is not None
