@@ -170,3 +170,53 @@ compose-check:
 
 clean:
 	rm -rf out .pytest_cache .mypy_cache .ruff_cache
+
+# Docker with no registry (README "Docker Compose, Prometheus and Grafana"): a local engine
+# (Debian's dockerd, vfs storage, no bridge: host networking only, data root in .docker/,
+# started by these targets when none answers and stopped after), images made from a
+# debootstrapped Debian base (`make images`), the Kafka tests through testcontainers
+# (`make test-containers`) and the compose stack up, checked and down (`make compose-up-test`).
+DOCKER_DIR      := .docker
+ENGINE          := infra/docker/engine.sh
+KAFKA_VERSION   := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' infra/kafka/pom.xml)
+COMPOSE_VERSION := v2.40.3
+COMPOSE         := .tools/compose-$(COMPOSE_VERSION)/docker-compose
+# The Kafka integration tests the testcontainers path runs: the contract, the worker, the client
+# and the control plane on a real broker (18 tests, ~2.5 min).
+CONTAINER_TESTS := tests/integration/test_contract_on_kafka.py tests/integration/test_worker_on_kafka.py \
+                   tests/integration/test_client_on_kafka.py tests/integration/test_control_plane.py
+# Runs CMD with DOCKER_HOST set to an engine that answers, stopping the engine after if it was
+# started for CMD.
+with-engine = host=$$($(ENGINE) start $(DOCKER_DIR)) || exit 1; export DOCKER_HOST=$$host; rc=0; \
+	$(1) || rc=$$?; $(ENGINE) stop $(DOCKER_DIR); exit $$rc
+
+.PHONY: images test-containers compose-up-test
+
+# Compose v2 (the `docker compose` plugin's binary, also run standalone), from the Go module
+# proxy. Built in a copy of the module: its go.mod has exclude directives, which `go install`
+# refuses.
+$(COMPOSE):
+	@set -e; src=$$(go mod download -json github.com/docker/compose/v2@$(COMPOSE_VERSION) \
+	  | $(PY) -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'); \
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; cp -r "$$src"/. "$$tmp"; chmod -R u+w "$$tmp"; \
+	cd "$$tmp" && go build -trimpath -o $(abspath $@) \
+	  -ldflags "-s -w -X github.com/docker/compose/v2/internal.Version=$(COMPOSE_VERSION)" ./cmd
+	@$@ version
+
+# surplus-base:bookworm, surplus-kafka:$(KAFKA_VERSION), surplus:local, surplus-worker:local and
+# surplus-prometheus:local (infra/docker/images.sh; README has the sizes and build times).
+images: setup
+	@$(call with-engine,PIP=$(BIN)/pip infra/docker/images.sh $(KAFKA_VERSION))
+
+# The Kafka integration tests once through testcontainers: the broker is the surplus-kafka image
+# (the embedded broker's jars), on the host's network; Ryuk is off (the fixture removes the
+# container). No fallback: without Docker these tests fail.
+test-containers: setup
+	@$(call with-engine,PIP=$(BIN)/pip infra/docker/images.sh $(KAFKA_VERSION) kafka && \
+	  env -u KAFKA_BOOTSTRAP_SERVERS TESTCONTAINERS_RYUK_DISABLED=true SURPLUS_TEST_DOCKER=require \
+	  SURPLUS_KAFKA_IMAGE=surplus-kafka:$(KAFKA_VERSION) $(BIN)/pytest -q $(CONTAINER_TESTS))
+
+# docker-compose.yml with docker-compose.local.yml: up, infra/docker/compose/check.py, down.
+compose-up-test: setup $(COMPOSE)
+	@$(call with-engine,PIP=$(BIN)/pip infra/docker/images.sh $(KAFKA_VERSION) && \
+	  infra/docker/compose-up-test.sh $(COMPOSE) $(BIN)/python)

@@ -4,11 +4,18 @@ Order: $KAFKA_BOOTSTRAP_SERVERS; testcontainers when a Docker engine answers; el
 embedded local broker (Maven jars, KRaft) started once per session in a temp dir. There is no
 skip: a Kafka test that cannot get a broker fails with the reason, so CI cannot pass without
 really talking to Kafka.
+
+The container is $SURPLUS_KAFKA_IMAGE (default apache/kafka at the embedded broker's release;
+`make test-containers` builds surplus-kafka locally) on the host's network, listening on free
+127.0.0.1 ports with the embedded broker's settings. SURPLUS_TEST_DOCKER=require (set by `make
+test-containers`) fails the Kafka tests when Docker or the container cannot run, rather than
+falling back to the embedded broker.
 """
 
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -19,7 +26,9 @@ import pytest
 from schemas.kafka_config import KafkaSettings
 from surplus import localkafka
 
-KAFKA_IMAGE = f"apache/kafka:{localkafka.kafka_version()}"  # the embedded broker's release
+KAFKA_IMAGE = os.environ.get("SURPLUS_KAFKA_IMAGE",
+                             f"apache/kafka:{localkafka.kafka_version()}")  # the embedded broker's
+REQUIRE_DOCKER = os.environ.get("SURPLUS_TEST_DOCKER") == "require"
 
 
 def _docker_answers() -> bool:
@@ -33,12 +42,45 @@ def _docker_answers() -> bool:
         return False
 
 
-def _start_container(stack: ExitStack) -> str:
-    from testcontainers.kafka import KafkaContainer
+def _container_env(port: int, controller_port: int) -> dict[str, str]:
+    """The embedded broker's server.properties as the image's KAFKA_* variables."""
+    template = (localkafka.INFRA_DIR / "server.properties.template").read_text()
+    config = template.format(port=port, controller_port=controller_port,
+                             log_dir="/tmp/kraft-combined-logs")
+    env = {"KAFKA_HEAP_OPTS": "-Xms256m -Xmx512m"}
+    for line in config.splitlines():
+        if line.strip() and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            name = key.strip().replace("-", "___").replace("_", "__").replace(".", "_").upper()
+            env[f"KAFKA_{name}"] = value.strip()
+    return env
 
-    container = KafkaContainer(image=KAFKA_IMAGE).with_kraft()
+
+def _start_container(stack: ExitStack) -> str:
+    """A KRaft broker in a container on the host's network (no bridge, no published ports:
+    it listens on free 127.0.0.1 ports), removed at the end of the session."""
+    from confluent_kafka.admin import AdminClient
+    from testcontainers.core.container import DockerContainer
+
+    port, controller_port = localkafka.free_port(), localkafka.free_port()
+    container = (DockerContainer(KAFKA_IMAGE, env=_container_env(port, controller_port))
+                 .with_kwargs(network_mode="host"))
     stack.enter_context(container)
-    return str(container.get_bootstrap_server())
+    bootstrap = f"127.0.0.1:{port}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            admin.list_topics(timeout=2)
+            return bootstrap
+        except Exception as exc:
+            wrapped = container.get_wrapped_container()
+            wrapped.reload()
+            if wrapped.status == "exited" or time.monotonic() > deadline:
+                logs = wrapped.logs(tail=20).decode(errors="replace")
+                raise RuntimeError(f"{KAFKA_IMAGE} did not answer on {bootstrap} "
+                                   f"({wrapped.status}): {exc}\n{logs}") from exc
+            time.sleep(0.5)
 
 
 def _start_local(stack: ExitStack, tmp_dir: str) -> str:
@@ -59,10 +101,17 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         reasons = []
         if _docker_answers():
             try:
-                yield _start_container(stack)
-                return
+                bootstrap = _start_container(stack)
             except Exception as exc:
+                if REQUIRE_DOCKER:
+                    pytest.fail(f"SURPLUS_TEST_DOCKER=require: testcontainers: {exc}")
                 reasons.append(f"testcontainers: {exc}")
+            else:
+                yield bootstrap
+                return
+        elif REQUIRE_DOCKER:
+            pytest.fail("SURPLUS_TEST_DOCKER=require: no Docker engine answers "
+                        f"(DOCKER_HOST={os.environ.get('DOCKER_HOST', 'unset')})")
         else:
             reasons.append("testcontainers: no Docker engine answers")
         try:

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Builds the local images with no registry, on the debootstrapped base (base-image.sh):
+#   surplus-kafka:$KAFKA_VERSION  the embedded broker's jars (.kafka/libs) + Debian's OpenJDK 17
+#   surplus:local                 control plane, scheduler, load generator, topic setup
+#   surplus-worker:local          the workers (torch)
+#   surplus-prometheus:local      Debian's prometheus package
+# Usage: images.sh KAFKA_VERSION [kafka|all]   (env: DOCKER_HOST, PIP, SURPLUS_IMAGE_CACHE)
+# pip installs from a wheelhouse (made by the host's pip from requirements.lock) served on
+# 127.0.0.1 for the length of the build; every build is `docker build --network host`. The
+# third-party layers (Dockerfile stages deps and worker-deps) are saved under the cache
+# (~/.cache/surplus/images, keyed by what they are built from) and loaded into a fresh engine, so
+# a fresh clone rebuilds only the layers with the source; without the cache all is built anew.
+set -euo pipefail
+kafka_version=${1:?kafka version}
+which=${2:-all}
+cd "$(dirname "$0")/../.."
+pip=${PIP:-.venv/bin/pip}
+cache=${SURPLUS_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/surplus}
+base=surplus-base:bookworm
+export DOCKER_BUILDKIT=0  # the classic builder: no buildx plugin is needed
+have() { docker image inspect "$1" >/dev/null 2>&1; }
+build() {
+  local t0=$SECONDS tag=$1; shift
+  docker build -q --network host -t "$tag" "$@" >/dev/null
+  docker image inspect -f '{{.Size}}' "$tag" \
+    | awk -v t="$tag" -v s=$((SECONDS - t0)) '{printf "  %-28s %5.0f MB  built in %d s\n", t, $1/1e6, s}'
+}
+
+infra/docker/base-image.sh "$base"
+
+ctx=.docker/context/kafka
+rm -rf "$ctx" && mkdir -p "$ctx"
+cp -r .kafka/libs "$ctx/libs" && rm -f "$ctx/libs/.fetched"
+cp infra/kafka/log4j2.properties infra/docker/kafka/entrypoint.sh "$ctx/"
+build "surplus-kafka:$kafka_version" --build-arg "BASE=$base" -f infra/docker/kafka/Dockerfile "$ctx"
+[ "$which" = kafka ] && exit 0
+
+ctx=.docker/context/prometheus
+rm -rf "$ctx" && mkdir -p "$ctx"
+build surplus-prometheus:local --build-arg "BASE=$base" -f infra/docker/prometheus/Dockerfile "$ctx"
+
+# The wheelhouse: every package the images install, as wheels, at the locked versions.
+key=$(cat requirements.lock pyproject.toml infra/docker/requirements.py infra/docker/Dockerfile \
+      | sha256sum | cut -c1-12)
+wheels=$cache/wheels
+wheels_key=$(cat requirements.lock pyproject.toml infra/docker/requirements.py | sha256sum | cut -c1-12)
+if [ ! -f "$wheels/.lock-$wheels_key" ]; then
+  echo "wheelhouse: $wheels"
+  mkdir -p "$wheels"
+  # shellcheck disable=SC2046
+  "$pip" wheel -q -w "$wheels" -c requirements.lock setuptools wheel \
+    $(python3 infra/docker/requirements.py pyproject.toml client control report worker)
+  rm -f "$wheels"/.lock-*; touch "$wheels/.lock-$wheels_key"
+fi
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+python3 -m http.server --bind 127.0.0.1 --directory "$wheels" "$port" >/dev/null 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+args=(--build-arg "PIP_FIND_LINKS=http://127.0.0.1:$port/" --build-arg PIP_NO_INDEX=1
+      --build-arg "BASE=$base" -f infra/docker/Dockerfile)
+
+# The third-party layers, from the cache where they are there.
+saved=$cache/images/deps-$key.tar
+if ! have "surplus-deps:$key" && [ -s "$saved" ]; then
+  t0=$SECONDS; docker load -q -i "$saved" >/dev/null
+  echo "  surplus-deps:$key, surplus-worker-deps:$key loaded from $saved in $((SECONDS - t0)) s"
+fi
+have "surplus-deps:$key" || build "surplus-deps:$key" "${args[@]}" --target deps .
+have "surplus-worker-deps:$key" || build "surplus-worker-deps:$key" "${args[@]}" --target worker-deps .
+if [ ! -s "$saved" ]; then
+  rm -f "$cache"/images/deps-*.tar; mkdir -p "$cache/images"
+  t0=$SECONDS
+  docker save -o "$saved.tmp" "surplus-deps:$key" "surplus-worker-deps:$key" && mv "$saved.tmp" "$saved"
+  echo "  saved the third-party layers to $saved in $((SECONDS - t0)) s"
+fi
+cache_from=(--cache-from "surplus-deps:$key" --cache-from "surplus-worker-deps:$key")
+build surplus:local "${args[@]}" "${cache_from[@]}" --target app .
+build surplus-worker:local "${args[@]}" "${cache_from[@]}" --target worker .
