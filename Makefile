@@ -172,7 +172,7 @@ clean:
 	rm -rf out .pytest_cache .mypy_cache .ruff_cache
 
 # Docker with no registry (README "Docker Compose, Prometheus and Grafana"): a local engine
-# (Debian's dockerd, vfs storage, no bridge: host networking only, data root in .docker/,
+# (Debian's dockerd, overlay2 or vfs storage, no bridge: host networking only, data root in .docker/,
 # started by these targets when none answers and stopped after), images made from a
 # debootstrapped Debian base (`make images`), the Kafka tests through testcontainers
 # (`make test-containers`) and the compose stack up, checked and down (`make compose-up-test`).
@@ -219,4 +219,4 @@ test-containers: setup
 # docker-compose.yml with docker-compose.local.yml: up, infra/docker/compose/check.py, down.
 compose-up-test: setup $(COMPOSE)
 	@$(call with-engine,PIP=$(BIN)/pip infra/docker/images.sh $(KAFKA_VERSION) && \
-	  infra/docker/compose-up-test.sh $(COMPOSE) $(BIN)/python)
+	  infra/docker/compose-up-test.sh $(COMPOSE) $(BIN)/python $(KAFKA_VERSION))
