@@ -66,6 +66,10 @@ class Decider:
         bump("requests", "total")
         if request_id is not None and in_holdout(request_id, self.config.holdout_fraction):
             bump("holdout", "total")
+            withheld = 0 if eff.baseline_only else min(eff.extra_candidates,
+                                                       max(available_extra, 0))
+            if withheld:
+                bump("rma_shed", "holdout", withheld)   # every unit not done has a reason
             return Decision("baseline", False, 0, eff.reason, 1.0, True)
         if eff.baseline_only:
             bump("baseline_only", eff.reason)

@@ -62,8 +62,10 @@ async def test_every_request_and_every_offered_candidate_is_counted_once(
     assert sum(line["requests"] for line in lines) == ARRIVALS
     assert summary["incremental_value"] == pytest.approx(
         sum(float(r["gain_rma"]) + float(r["gain_sbm"]) for r in rows), abs=1e-4)
+    held = summary["holdout_requests"]          # the holdout gets no optional work, booked
+    assert isinstance(held, int) and fate.get("client/holdout", 0) == 20 * held
     assert summary["incremental_value"] == pytest.approx(
-        ARRIVALS * loadgen.rma_value(region, 20), rel=1e-3)
+        (ARRIVALS - held) * loadgen.rma_value(region, 20), rel=1e-3)
 
 
 async def test_candidates_a_worker_sheds_are_booked_as_shed_not_done(tmp_path: Path) -> None:
