@@ -34,6 +34,7 @@ SOURCES
   rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb
   find "$root"/usr/share/doc "$root"/usr/share/man "$root"/usr/share/locale -type f -delete
   tar -C "$root" --numeric-owner -cf "$tarball.tmp" .
+  rm -f "$cache"/rootfs-*.tar  # an older base's
   mv "$tarball.tmp" "$tarball"
 fi
 "$docker" import --change 'ENV LANG=C.UTF-8' --change 'CMD ["/bin/bash"]' "$tarball" "$tag" >/dev/null
