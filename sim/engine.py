@@ -340,7 +340,7 @@ class Simulation:
                                            rc.max_extra_candidates, now, f"{rc.name}-{rid}")
             self._logged[rid] = (decision.propensity, decision.holdout)
             req = Request(rid, now, seg, value, rc.base_candidates, decision.extra,
-                          decision.model, decision.explored)
+                          decision.model, decision.explored, decision.gain)
             if decision.model == "powerful":
                 self._to_powerful(state, req, now, pick)
             else:

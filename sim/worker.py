@@ -33,7 +33,7 @@ import numpy as np
 from schemas.contract import ControlTargets, PreemptionNotice, WindowReport
 from sim.scenario import PoolConfig
 from workers.api import ServerState
-from workers.policy.admission import Admission, AdmissionConfig
+from workers.policy.admission import Admission, AdmissionConfig, shed_priority
 from workers.policy.replica import NoticeOutcome, ReplicaPolicy, serves_whole_requests
 from workers.policy.targets import LocalLimits, TargetState, TargetVerdict
 from workers.policy.window import Identity, LoadTotals, ReportWindow
@@ -73,6 +73,9 @@ class Request:
     extra: int
     model: str = "baseline"
     explored: bool = False
+    gain: float | None = None
+    """What the client expects its optional work to add (the shedding order, see
+    ``shed_priority``)."""
     at_worker_ms: float = 0.0
     """When it reached the ranking worker that serves it (after any fallback)."""
     base_latency: float | None = None
@@ -244,8 +247,8 @@ class SimWorker:
         if allowance.refused is not None:
             adm.count_shed(allowance.refused, extra - allowed)
         allowed = adm.fit_optional(allowed)
-        if allowed and adm.admit_optional((req, OPT), req.value, int(now + deadline_ms), now,
-                                          units=allowed):
+        if allowed and adm.admit_optional((req, OPT), shed_priority(req.value, req.gain),
+                                          int(now + deadline_ms), now, units=allowed):
             req.opt_units = allowed
             req.opt_pending = True
 
@@ -260,7 +263,8 @@ class SimWorker:
             self.record(0.0, False, sent, 0)  # as the live worker answers its 503
             return False
         req.opt_units = self.admission.fit_whole(req.base, req.extra)
-        admitted = self.admission.admit_optional((req, WHOLE), req.value,
+        admitted = self.admission.admit_optional((req, WHOLE),
+                                                 shed_priority(req.value, req.gain),
                                                  int(now + deadline_ms), now,
                                                  units=req.base + req.opt_units)
         if admitted:

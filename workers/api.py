@@ -55,6 +55,10 @@ class RankRequest(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True)
     dense: Annotated[list[Bounded], Meta(max_length=MAX_DENSE)] = []
     candidates: Annotated[list[Candidate], Meta(max_length=MAX_CANDIDATES)]
     base_count: NonNegInt
+    gain: Annotated[float, Meta(ge=-1e9, le=1e9)] | None = None
+    """What the client expects this request's optional work to add: a replica keeps optional
+    work highest gain first and sheds it lowest first (absent: by ``value``). A worker that
+    predates the field refuses it (400 naming it): upgrade workers before clients."""
 
     @property
     def optional_count(self) -> int:

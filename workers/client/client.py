@@ -247,7 +247,7 @@ class RankingClient:
         request = RankRequest(request_id=request_id, segment=segment,
                               value=value, deadline_ms=deadline, dense=list(dense),
                               candidates=list(candidates[:base_count + decision.extra]),
-                              base_count=base_count)
+                              base_count=base_count, gain=decision.gain)
         fell_back = None
         response: RankResponse | None = None
         if decision.model == "powerful":

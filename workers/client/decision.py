@@ -11,6 +11,7 @@ import msgspec
 
 from schemas.contract import ControlTargets
 from workers.client.config import ClientConfig
+from workers.policy.admission import marginal_extra_value
 from workers.policy.client_shed import BudgetBucket, ClientShedder, ServerSignals, extra_candidates
 from workers.policy.holdout import in_holdout
 from workers.policy.routing import Model, SbmRouter
@@ -29,6 +30,10 @@ class Decision(msgspec.Struct, frozen=True):
     targets_reason: str
     propensity: float = 1.0
     holdout: bool = False
+    gain: float | None = None
+    """What its optional work is expected to add, the order replicas shed it in: the
+    segment's gain from the powerful model, or the marginal value of its last extra
+    candidate. None without optional work."""
 
 
 Counters = dict[str, dict[str, int]]
@@ -79,7 +84,8 @@ class Decider:
         ranking = self.shedders["baseline"].allowance(now_ms)
         if not self._sbm:
             extra = self._extra(eff, ranking, available_extra, now_ms, budgeted=True)
-            return Decision("baseline", False, extra, eff.reason)
+            return Decision("baseline", False, extra, eff.reason,
+                            gain=marginal_extra_value(extra) if extra else None)
         powerful = self.shedders["powerful"].allowance(now_ms)
         router = self.router
         route = router.route(segment, eff, powerful)
@@ -94,8 +100,11 @@ class Decider:
         extra = self._extra(eff, ranking if on_ranking else powerful, available_extra, now_ms,
                             budgeted=on_ranking)
         p = router.last_p
-        return Decision(route.model, route.explored, extra, eff.reason,
-                        p if route.model == "powerful" else 1.0 - p)
+        if route.model == "powerful":
+            return Decision("powerful", route.explored, extra, eff.reason, p,
+                            gain=router.expected_gain(segment, eff))
+        return Decision("baseline", route.explored, extra, eff.reason, 1.0 - p,
+                        gain=marginal_extra_value(extra) if extra else None)
 
     def observe(self, state: ServerSignals | None, now_ms: int, *,
                 error: str | None = None, model: Model = "baseline") -> None:

@@ -240,6 +240,14 @@ class SbmRouter:
         draws = self._rng.normal(means, stds)
         return dict(zip(segments, draws.tolist(), strict=True))
 
+    def expected_gain(self, segment: str, eff: EffectiveTargets) -> float:
+        """The posterior mean of `segment`'s gain from the powerful model (the control plane's
+        estimate with this client's own evidence): the order its requests are shed in."""
+        p = eff.segments.get(segment)
+        prior = (self._unknown_prior(eff.segments) if p is None
+                 else (p.gain_mean, max(p.gain_std, 1e-9)))
+        return self._posterior(segment, prior)[0]
+
     def _unknown_prior(self, priorities: dict[str, SegmentPriority]) -> tuple[float, float]:
         """Prior for a segment the control plane has not ranked: the spread of those it has."""
         if not priorities:

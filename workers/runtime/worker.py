@@ -25,7 +25,7 @@ from schemas.clock import wall_ms
 from schemas.contract import ControlTargets, PreemptionNotice, WindowReport
 from workers.api import RankRequest, RankResponse, ServerState
 from workers.policy import signing
-from workers.policy.admission import Admission
+from workers.policy.admission import Admission, shed_priority
 from workers.policy.replica import NoticeOutcome, ReplicaPolicy
 from workers.policy.targets import EffectiveTargets, TargetState, TargetVerdict
 from workers.runtime.batching import (
@@ -192,7 +192,8 @@ class Worker:
         if kept < n:
             sparse = sparse[:kept]
         try:
-            scores = await self.batcher.submit_optional(dense, sparse, req.value, req.deadline_ms)
+            scores = await self.batcher.submit_optional(dense, sparse, shed_priority(
+                req.value, req.gain), req.deadline_ms)
         except Shed as shed:
             self.window.record((time.perf_counter() - started) * 1000.0, False, n, 0)
             raise OptionalShed(shed.reason) from None
@@ -226,7 +227,8 @@ class Worker:
             fitted = self.batcher.fit_optional(allowed)
             trimmed, allowed = allowed - fitted, fitted
             opt_fut = (self.batcher.submit_optional(dense, sparse[base_n:base_n + allowed],
-                                                    req.value, req.deadline_ms)
+                                                    shed_priority(req.value, req.gain),
+                                                    req.deadline_ms)
                        if allowed else None)
         except BatcherStopped as exc:
             self.window.record_rejected(base_n > 0)

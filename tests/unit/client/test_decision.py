@@ -144,3 +144,23 @@ max_coverage = 0.5
                             type=ClientConfig)
     with pytest.raises(msgspec.ValidationError, match="baseline_urls"):
         msgspec.toml.decode(b'scope="eu1"\nbaseline_urls=["ftp://a"]\n', type=ClientConfig)
+
+
+def test_each_decision_carries_the_gain_replicas_shed_it_by() -> None:
+    """Powerful requests carry their segment's expected gain from the powerful model; ranking
+    requests with extras the marginal value of their last extra candidate, which falls as
+    extras grow; a request without optional work carries none."""
+    decider = _decider(router=RouterConfig(explore_rate=0.0))
+    decider.offer(targets(extra=8, budget=1e6, coverage=1.0,
+                          segments={"new": (0.3, 0.01), "loyal": (0.02, 0.01)}), T0)
+    routed = {d.gain for i in range(200) for seg in ("new", "loyal")
+              if (d := decider.decide(seg, 500, T0 + i)).model == "powerful"}
+    assert any(g == pytest.approx(0.3, abs=0.01) for g in routed if g is not None)
+    assert any(g == pytest.approx(0.02, abs=0.01) for g in routed if g is not None)
+    ranking = _decider(powerful=False)
+    ranking.offer(targets(extra=64, budget=1e6), T0)
+    ranking.decide("s", 500, T0)
+    few, many = ranking.decide("s", 4, T0 + 1_000), ranking.decide("s", 60, T0 + 1_000)
+    assert (few.extra, many.extra) == (4, 60)
+    assert few.gain is not None and many.gain is not None and few.gain > many.gain
+    assert ranking.decide("s", 0, T0 + 1_000).gain is None

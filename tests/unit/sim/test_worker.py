@@ -121,3 +121,26 @@ def test_a_fallback_from_the_past_is_not_charged_the_engines_order_as_a_wait() -
     worker.submit_ranking(late, 900, 100.0)
     assert late.at_worker_ms == 1_000
     assert done[0][1] == BASE and 20.0 <= done[0][2] < 20.6   # the curve, no 100 ms wait
+
+
+def test_overload_sheds_the_requests_that_gain_least_not_those_worth_least() -> None:
+    """The powerful replica past saturation: requests of a segment that gains much keep
+    their place even when worth little; those worth much that gain little give way."""
+    done: list = []
+    refused: list = []
+    worker = SimWorker(PoolConfig(model="powerful", tier="opportunistic", accelerator="l4",
+                                  units_per_s=1000.0, latency_curve=((0.0, 20.0), (1.0, 120.0)),
+                                  latency_sigma=0.0, capacity=CapacityConfig()),
+                       "eu1", "eu1-p0", 1, admission=AdmissionConfig(), limits=LocalLimits(),
+                       start_ms=0, noise=lambda: 1.0,
+                       on_done=lambda r, k, lat: done.append(r.rid),
+                       on_shed=lambda r, k, why, now: refused.append(r.rid))
+    worker.offer_targets(_targets(extra=0), 0)
+    rich = [Request(next(_ids), 0, 0, 0.9, 200, 0, "powerful", gain=0.01) for _ in range(6)]
+    poor = [Request(next(_ids), 0, 0, 0.1, 200, 0, "powerful", gain=0.3) for _ in range(4)]
+    for req in rich + poor:   # 200 ms of work each, 1 s to finish in: five fit
+        if not worker.submit_whole(req, 0, 1000.0):
+            refused.append(req.rid)
+    worker.advance(10_000)
+    assert {r.rid for r in poor} <= set(done)
+    assert {r.rid for r in rich} & set(refused)
