@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -258,3 +259,17 @@ def test_the_true_split_counts_what_routing_changed() -> None:
     assert lift["sbm"] == pytest.approx(2 * 0.7 / 4)
     assert lift["rma"] == pytest.approx((1.8 - 1.4) / 4)
     assert true_lift({}) == {"all": None, "sbm": None, "rma": None}
+
+
+def test_a_bad_labels_key_stops_the_start_naming_it(tmp_path: Path) -> None:
+    from streams.control.config import ConfigError, load_config
+
+    path = tmp_path / "control.toml"
+    path.write_text("[labels]\nwindow_seconds = 60\n")
+    with pytest.raises(ConfigError, match="window_seconds"):
+        load_config(path)
+    path.write_text("[labels]\nmax_pending = 0\n")
+    with pytest.raises(ConfigError, match=r"labels.max_pending"):
+        load_config(path)
+    path.write_text("[labels]\nwindow_s = 120.0\n")
+    assert load_config(path).labels.window_s == 120.0
