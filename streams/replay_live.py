@@ -250,9 +250,13 @@ class RecordStats:
 class _Merge:
     """Per-partition watermarks and a heap that releases events in (ts, topic, part, offset)."""
 
-    def __init__(self, partitions: list[tuple[str, int]]) -> None:
+    def __init__(self, partitions: list[tuple[str, int]],
+                 ends: dict[tuple[str, int], tuple[int, int]] | None = None) -> None:
         self.last_ts: dict[tuple[str, int], int | None] = dict.fromkeys(partitions)
         self.at_end: dict[tuple[str, int], bool] = dict.fromkeys(partitions, False)
+        #: (next offset to read, end offset when the recording started) per partition: the
+        #: end that ``caught_up`` waits for (None: the partition-EOF events alone).
+        self.positions = dict(ends) if ends is not None else None
         self.heap: list[tuple[int, int, int, int, int, str, str | None, Event]] = []
         self._seq = itertools.count()
 
@@ -265,11 +269,23 @@ class _Merge:
         heapq.heappush(self.heap, (ts, TOPIC_ORDER[topic], partition, offset, next(self._seq),
                                    topic, key, value))
 
+    def consumed(self, topic: str, partition: int, offset: int) -> None:
+        """A message was read at ``offset`` (whether or not it decodes)."""
+        tp = (topic, partition)
+        if self.positions is not None and tp in self.positions:
+            pos, end = self.positions[tp]
+            self.positions[tp] = (max(pos, offset + 1), end)
+
     def eof(self, topic: str, partition: int) -> None:
         self.at_end[(topic, partition)] = True
 
     def caught_up(self) -> bool:
-        return all(self.at_end.values())
+        """Every partition at its end, and past the end it had when the recording started: a
+        partition-EOF event alone is not proof (under load one came before the messages a
+        fresh consumer had still to fetch, and the recording stopped without them)."""
+        if not all(self.at_end.values()):
+            return False
+        return self.positions is None or all(pos >= end for pos, end in self.positions.values())
 
     def watermark(self) -> float:
         """Events strictly older than this can no longer be preceded by an unread one."""
@@ -314,7 +330,8 @@ def record_log(kafka: KafkaSettings, out: str | Path, *, topics: tuple[str, ...]
     try:
         assignment = _assignment(consumer, list(names), start)
         stats.partitions = len(assignment)
-        merge = _Merge([(names[tp.topic], tp.partition) for tp in assignment])
+        merge = _Merge([(names[tp.topic], tp.partition) for tp in assignment],
+                       _ends(consumer, assignment, names) if stop_at_end else None)
         consumer.assign(assignment)
         with EventLogWriter(out, strict_order=False) as writer:
             try:
@@ -347,6 +364,19 @@ def record_log(kafka: KafkaSettings, out: str | Path, *, topics: tuple[str, ...]
     stats.seconds = time.monotonic() - started
     meter.done(f"{stats.events:,} events -> {out} ({stats.stopped})")
     return stats
+
+
+def _ends(consumer: Consumer, assignment: list[TopicPartition],
+          names: dict[str, str]) -> dict[tuple[str, int], tuple[int, int]]:
+    """(start offset, end offset) of each assigned partition, asked of the broker now."""
+    out = {}
+    for tp in assignment:
+        low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition),
+                                                   timeout=10.0)
+        start = (low if tp.offset == OFFSET_BEGINNING else high if tp.offset == OFFSET_END
+                 else tp.offset)
+        out[(names[tp.topic], tp.partition)] = (start, high)
+    return out
 
 
 def _assignment(consumer: Consumer, topics: list[str], start: StartAt) -> list[TopicPartition]:
@@ -382,6 +412,7 @@ def _take(msg: Any, names: dict[str, str], codecs: dict[str, Any], merge: _Merge
         raise LiveError(f"consumer error on {msg.topic()}[{msg.partition()}]: {err}")
     if topic is None:
         return
+    merge.consumed(topic, msg.partition(), msg.offset())
     try:
         # A telemetry message may carry a batch of reports; the log holds one per line.
         # So may an outcomes message (a client's batch of decision records).
