@@ -139,9 +139,13 @@ class Simulation:
         self.events_published = 0
         #: rid -> (propensity, holdout) of its decision (sim.worker.Request does not keep them).
         self._logged: dict[int, tuple[float, bool]] = {}
-        #: Labels on their way: (due ms, seq, region, request id, value, segment, model).
-        self._labels: list[tuple[float, int, str, str, float, str, str]] = []
-        #: Per region and segment, the truth of treated requests: [baseline-arm n, Σ their RMA
+        #: Labels on their way: (due ms, seq, region, request id, value, segment, model, when
+        #: its decision was published, its truth: (powerful, incremental value) or None for a
+        #: holdout request or a label's second copy).
+        self._labels: list[tuple[float, int, str, str, float, str, str, int,
+                                 tuple[bool, float] | None]] = []
+        #: Per region and segment, the truth of the treated requests whose labels the control
+        #: plane joins (the requests its measurement sees): [baseline-arm n, Σ their RMA
         #: value, powerful n, Σ their gain + RMA value] (see ``true_lift``).
         self._true_lift: dict[str, dict[str, list[float]]] = {}
         #: Per region: (ts, labels joined) of each surplus target, and if its segment order
@@ -446,15 +450,7 @@ class Simulation:
             # Chosen for powerful, served by baseline: logged as the baseline arm, at the
             # probability it was not chosen (as the live client logs it).
             propensity = max(1.0 - propensity, 1e-6)
-        if not holdout:
-            truth = self._true_lift.setdefault(rc.name, {}).setdefault(seg.name,
-                                                                       [0.0, 0.0, 0.0, 0.0])
-            if model == "powerful":
-                truth[2] += 1.0
-                truth[3] += sbm + rma
-            else:
-                truth[0] += 1.0
-                truth[1] += rma
+        truth = None if holdout else (model == "powerful", sbm + rma)
         request_id = f"{rc.name}-{req.rid}"
         self._publish(end, "outcomes", rc.name, RoutingOutcome(
             v=DECISION_VERSION, ts_ms=int(req.finished_ms), scope=rc.name,
@@ -470,16 +466,27 @@ class Simulation:
             plant.delay_sigma * float(_normal_from(draws[1], draws[2])))
         due = req.finished_ms + delay_ms
         heapq.heappush(self._labels, (due, next(self._seq), rc.name, request_id, observed,
-                                      seg.name, model))
+                                      seg.name, model, end, truth))
         if draws[3] < plant.duplicated:
             heapq.heappush(self._labels, (due + delay_ms, next(self._seq), rc.name,
-                                          request_id, observed, seg.name, model))
+                                          request_id, observed, seg.name, model, end, None))
 
     def _deliver_labels(self, end: int) -> None:
         """Labels due by ``end``: to the client (its router's evidence) and the control plane."""
         labels = self._labels
+        window_ms = self.sc.control.labels.window_s * 1000.0
         while labels and labels[0][0] <= end:
-            due, _, region, request_id, value, segment, model = heapq.heappop(labels)
+            due, _, region, request_id, value, segment, model, decided, truth = \
+                heapq.heappop(labels)
+            if truth is not None and end - decided <= window_ms:   # it joins: count its truth
+                sums = self._true_lift.setdefault(region, {}).setdefault(segment,
+                                                                         [0.0, 0.0, 0.0, 0.0])
+                if truth[0]:
+                    sums[2] += 1.0
+                    sums[3] += truth[1]
+                else:
+                    sums[0] += 1.0
+                    sums[1] += truth[1]
             self.regions[region].client.learn(segment, model, value)
             self._publish(end, "labels", request_id, OutcomeLabel(
                 ts_ms=int(due), scope=region, request_id=request_id, value=value))
