@@ -12,7 +12,11 @@ mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 cache=${SURPLUS_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/surplus}
 include=python3,python3-venv,ca-certificates
 tarball=$cache/rootfs-$suite-minbase-$(echo "$include v2" | sha256sum | cut -c1-12).tar
+image_tar=${tarball%.tar}.image.tar  # the imported image, saved: loading it gives the same ID
 if "$docker" image inspect "$tag" >/dev/null 2>&1; then exit 0; fi
+if [ -s "$image_tar" ] && [ -s "$tarball" ]; then
+  "$docker" load -q -i "$image_tar" >/dev/null && echo "$tag: loaded from $image_tar" && exit 0
+fi
 if [ ! -s "$tarball" ]; then
   command -v debootstrap >/dev/null || {
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
@@ -34,8 +38,9 @@ SOURCES
   rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb
   find "$root"/usr/share/doc "$root"/usr/share/man "$root"/usr/share/locale -type f -delete
   tar -C "$root" --numeric-owner -cf "$tarball.tmp" .
-  rm -f "$cache"/rootfs-*.tar  # an older base's
+  rm -f "$cache"/rootfs-*.tar  # an older base's (and its saved image)
   mv "$tarball.tmp" "$tarball"
 fi
 "$docker" import --change 'ENV LANG=C.UTF-8' --change 'CMD ["/bin/bash"]' "$tarball" "$tag" >/dev/null
+"$docker" save -o "$image_tar.tmp" "$tag" && mv "$image_tar.tmp" "$image_tar"
 echo "$tag: imported from $tarball"

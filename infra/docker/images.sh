@@ -18,13 +18,26 @@ pip=${PIP:-.venv/bin/pip}
 cache=${SURPLUS_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/surplus}
 base=surplus-base:bookworm
 export DOCKER_BUILDKIT=0  # the classic builder: no buildx plugin is needed
+mkdir -p .docker
 have() { docker image inspect "$1" >/dev/null 2>&1; }
 build() {
   local t0=$SECONDS tag=$1; shift
-  docker build -q --network host -t "$tag" "$@" >/dev/null
+  # Quiet unless it fails (the classic builder's deprecation notice aside).
+  docker build -q --network host -t "$tag" "$@" >/dev/null 2>.docker/build.log \
+    || { grep -v -e DEPRECATED -e BuildKit -e environment-variable .docker/build.log >&2; return 1; }
   docker image inspect -f '{{.Size}}' "$tag" \
     | awk -v t="$tag" -v s=$((SECONDS - t0)) '{printf "  %-28s %5.0f MB  built in %d s\n", t, $1/1e6, s}'
 }
+
+# The third-party layers from the cache, with the base they were built on (an imported base
+# gets a new image ID each time, which the build cache would not match).
+key=$(cat requirements.lock pyproject.toml infra/docker/requirements.py infra/docker/Dockerfile \
+      | sha256sum | cut -c1-12)
+saved=$cache/images/deps-$key.tar
+if [ "$which" = all ] && ! have "surplus-deps:$key" && [ -s "$saved" ]; then
+  t0=$SECONDS; docker load -q -i "$saved" >/dev/null
+  echo "  $base, surplus-deps:$key, surplus-worker-deps:$key loaded from $saved in $((SECONDS - t0)) s"
+fi
 
 infra/docker/base-image.sh "$base"
 
@@ -40,8 +53,6 @@ rm -rf "$ctx" && mkdir -p "$ctx"
 build surplus-prometheus:local --build-arg "BASE=$base" -f infra/docker/prometheus/Dockerfile "$ctx"
 
 # The wheelhouse: every package the images install, as wheels, at the locked versions.
-key=$(cat requirements.lock pyproject.toml infra/docker/requirements.py infra/docker/Dockerfile \
-      | sha256sum | cut -c1-12)
 wheels=$cache/wheels
 wheels_key=$(cat requirements.lock pyproject.toml infra/docker/requirements.py | sha256sum | cut -c1-12)
 if [ ! -f "$wheels/.lock-$wheels_key" ]; then
@@ -59,18 +70,12 @@ trap 'kill $server 2>/dev/null || true' EXIT
 args=(--build-arg "PIP_FIND_LINKS=http://127.0.0.1:$port/" --build-arg PIP_NO_INDEX=1
       --build-arg "BASE=$base" -f infra/docker/Dockerfile)
 
-# The third-party layers, from the cache where they are there.
-saved=$cache/images/deps-$key.tar
-if ! have "surplus-deps:$key" && [ -s "$saved" ]; then
-  t0=$SECONDS; docker load -q -i "$saved" >/dev/null
-  echo "  surplus-deps:$key, surplus-worker-deps:$key loaded from $saved in $((SECONDS - t0)) s"
-fi
 have "surplus-deps:$key" || build "surplus-deps:$key" "${args[@]}" --target deps .
 have "surplus-worker-deps:$key" || build "surplus-worker-deps:$key" "${args[@]}" --target worker-deps .
 if [ ! -s "$saved" ]; then
   rm -f "$cache"/images/deps-*.tar; mkdir -p "$cache/images"
   t0=$SECONDS
-  docker save -o "$saved.tmp" "surplus-deps:$key" "surplus-worker-deps:$key" && mv "$saved.tmp" "$saved"
+  docker save -o "$saved.tmp" "$base" "surplus-deps:$key" "surplus-worker-deps:$key" && mv "$saved.tmp" "$saved"
   echo "  saved the third-party layers to $saved in $((SECONDS - t0)) s"
 fi
 cache_from=(--cache-from "surplus-deps:$key" --cache-from "surplus-worker-deps:$key")
