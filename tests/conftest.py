@@ -59,15 +59,16 @@ def _container_env(port: int, controller_port: int) -> dict[str, str]:
 def _start_container(stack: ExitStack) -> str:
     """A KRaft broker in a container on the host's network (no bridge, no published ports:
     it listens on free 127.0.0.1 ports), removed at the end of the session."""
-    from confluent_kafka.admin import AdminClient
     from testcontainers.core.container import DockerContainer
+
+    from schemas import kafka_clients
 
     port, controller_port = localkafka.free_port(), localkafka.free_port()
     container = (DockerContainer(KAFKA_IMAGE, env=_container_env(port, controller_port))
                  .with_kwargs(network_mode="host"))
     stack.enter_context(container)
     bootstrap = f"127.0.0.1:{port}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = kafka_clients.admin({"bootstrap.servers": bootstrap})
     deadline = time.monotonic() + 90
     while True:
         try:
