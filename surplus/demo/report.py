@@ -76,6 +76,24 @@ def measured_lift(out: Path, region: str, log: Path,
                            "per-segment SNIPS gain times the powerful share; rma: the rest"}
 
 
+def _lift_notes(summary: dict[str, Any]) -> list[str]:
+    """Measured lift per lever beside the true lift, and the join's counts, as report lines."""
+    lift = summary.get("lift")
+    if not lift:
+        return []
+    parts = []
+    for lever in ("all", "sbm", "rma"):
+        row = lift.get(lever) or {}
+        if row.get("lift_measured") is None:
+            parts.append(f"{lever}: not measured yet (true {row.get('lift_true')})")
+        else:
+            parts.append(f"{lever}: {row['lift_measured']:.4f} [{row['lift_ci_low']:.4f}, "
+                         f"{row['lift_ci_high']:.4f}], true {row.get('lift_true')}")
+    return [f"Measured lift per treated request against the holdout (95%): {'; '.join(parts)}. "
+            f"Labels joined {summary.get('labels_joined')}, late {summary.get('labels_late')}, "
+            f"orphan {summary.get('labels_orphan')}."]
+
+
 def _json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
@@ -438,5 +456,6 @@ def page(out: Path, info: RunInfo, summary: dict[str, Any], images: list[str]) -
          "baseline_sla_violation_windows."),
         "Numbers of record and their definitions: summary.json (and surplus/demo/analysis.py). "
         f"Replay the recorded log: {summary['replay']}",
+        *_lift_notes(summary),
         ATTRIBUTION]
     return html_page(out / "report.html", "Surplus demo", table, images, notes)

@@ -27,3 +27,14 @@ def test_the_summary_sets_measured_lift_beside_the_true_lift(tmp_path: Path) -> 
     assert all_["lift_measured"] is not None
     assert all_["lift_measured"] == summary["lift"]["eu1"]["all"]["lift_measured"]
     assert measured_lift(tmp_path, "eu1", tmp_path / "missing.jsonl", None) == {}
+
+
+def test_the_report_page_sets_the_lift_beside_the_truth() -> None:
+    from surplus.demo.report import _lift_notes
+
+    row = {"lift_measured": 0.1, "lift_ci_low": 0.05, "lift_ci_high": 0.15, "lift_true": 0.11}
+    notes = _lift_notes({"lift": {"all": row, "sbm": {"lift_measured": None, "lift_true": 0.0}},
+                         "labels_joined": 900, "labels_late": 2, "labels_orphan": 1})
+    assert notes and "all: 0.1000 [0.0500, 0.1500], true 0.11" in notes[0]
+    assert "sbm: not measured yet" in notes[0] and "joined 900, late 2, orphan 1" in notes[0]
+    assert _lift_notes({}) == []
