@@ -48,6 +48,9 @@ stop)
   pid=$(cat "$pidfile")
   kill "$pid" 2>/dev/null || true
   for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  # dockerd leaves its default network namespace mounted (run/netns/default): unmount what is
+  # still mounted under DIR, so that the clone can be removed.
+  awk -v d="$dir/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount
   rm -f "$dir/started" ;;
 *) echo "usage: $0 start|stop DIR" >&2; exit 2 ;;
 esac
