@@ -351,22 +351,28 @@ def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float | 
     return buckets[-1][0]
 
 
-def reaction_mean_s(metrics: dict[str, str]) -> float | None:
+REACTION = "surplus_worker_preemption_reaction_seconds"
+#: The part of the reaction that is Kafka's: notice stamped to notice read by the worker.
+DELIVERY = "surplus_worker_preemption_delivery_seconds"
+
+
+def reaction_mean_s(metrics: dict[str, str], histogram: str = REACTION) -> float | None:
     """Mean reaction over every worker (the histogram's _sum over its _count)."""
     total = count = 0.0
     for text in metrics.values():
         for line in text.splitlines():
-            if line.startswith("surplus_worker_preemption_reaction_seconds_sum "):
+            if line.startswith(f"{histogram}_sum "):
                 total += float(line.split()[-1])
-            elif line.startswith("surplus_worker_preemption_reaction_seconds_count "):
+            elif line.startswith(f"{histogram}_count "):
                 count += float(line.split()[-1])
     return total / count if count else None
 
 
-def reaction_buckets(metrics: dict[str, str]) -> list[tuple[float, float]]:
-    """Summed cumulative buckets of the reaction histogram over every worker's /metrics text."""
+def reaction_buckets(metrics: dict[str, str],
+                     histogram: str = REACTION) -> list[tuple[float, float]]:
+    """Summed cumulative buckets of a reaction histogram over every worker's /metrics text."""
     summed: dict[float, float] = defaultdict(float)
-    name = "surplus_worker_preemption_reaction_seconds_bucket"
+    name = f"{histogram}_bucket"
     for text in metrics.values():
         for line in text.splitlines():
             if not line.startswith(name + "{"):

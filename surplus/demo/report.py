@@ -122,6 +122,9 @@ def summarize(info: RunInfo, rec: Recorded | None, req: Requests | None,
     out["notice_to_shed_reactions"] = int(buckets[-1][1]) if buckets else 0
     mean = analysis.reaction_mean_s(metrics)
     out["notice_to_shed_mean_ms"] = None if mean is None else round(mean * 1000.0, 3)
+    delivery = analysis.histogram_quantile(
+        0.99, analysis.reaction_buckets(metrics, analysis.DELIVERY))
+    out["notice_delivery_p99_ms"] = None if delivery is None else round(delivery * 1000.0, 3)
     out["notice_to_shed_method"] = (
         "PreemptionNotice ts_ms to optional work stopped, summed over the workers' "
         "surplus_worker_preemption_reaction_seconds histograms, p99 interpolated in its bucket")

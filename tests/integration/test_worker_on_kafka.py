@@ -106,6 +106,7 @@ async def test_preemption_notice_stops_optional_work_and_the_reaction_is_measure
         assert resp["scored"] == 2 and resp["shed_reason"] == "preemption"
         metrics = await (await client.get("/metrics")).text()
         assert "surplus_worker_preemption_reaction_seconds_count 5.0" in metrics
+        assert "surplus_worker_preemption_delivery_seconds_count 5.0" in metrics
         print(json.dumps({"preemption_reaction_ms_wall_clock": reactions}))
 
 

@@ -265,6 +265,7 @@ class PreemptionSubscriber(_Subscriber):
         return kafka_clients.starting_at(self.topic, partitions, OFFSET_END)
 
     def handle(self, msg: Message) -> str:
+        read_ms = time.time_ns() / 1e6
         value = msg.value()
         if value is None:
             return "tombstone"
@@ -273,7 +274,11 @@ class PreemptionSubscriber(_Subscriber):
         except ContractError as exc:
             self.io.deadletters.send(msg, str(exc))
             return "deadletter"
-        return self.worker.on_preemption(notice)
+        outcome = self.worker.on_preemption(notice)
+        if outcome == "applied":
+            self.worker.metrics.preemption_delivery.observe(
+                max(0.0, read_ms - notice.ts_ms) / 1000.0)
+        return outcome
 
 
 class TelemetryPublisher(threading.Thread):

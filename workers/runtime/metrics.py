@@ -101,6 +101,11 @@ class WorkerMetrics:
             "surplus_worker_preemption_reaction_seconds",
             "PreemptionNotice ts_ms to optional work stopped on this worker",
             buckets=REACTION_BUCKETS_S, registry=reg)
+        self.preemption_delivery = Histogram(
+            "surplus_worker_preemption_delivery_seconds",
+            "PreemptionNotice ts_ms to read by this worker, for the notices acted on: the part "
+            "of the reaction that is Kafka's and the scheduler's", buckets=REACTION_BUCKETS_S,
+            registry=reg)
         self.preemptions = Counter("surplus_worker_preemptions", "Preemption notices acted on",
                                    registry=reg)
         self.kafka_outages = Counter("surplus_worker_kafka_outages",

@@ -113,6 +113,8 @@ def test_reaction_buckets_sum_over_workers() -> None:
     text += ("surplus_worker_preemption_reaction_seconds_sum 0.006\n"
              "surplus_worker_preemption_reaction_seconds_count 2.0\n")
     assert math.isclose(analysis.reaction_mean_s({"a": text, "b": text}) or 0, 0.003)
+    delivery = 'surplus_worker_preemption_delivery_seconds_bucket{le="0.001"} 1.0\n'
+    assert analysis.reaction_buckets({"a": text + delivery}, analysis.DELIVERY) == [(0.001, 1.0)]
 
 
 def test_client_windows_take_only_requests_the_ranking_pool_served() -> None:
