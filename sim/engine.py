@@ -713,9 +713,16 @@ class Simulation:
                 if all(m for _, _, m in history[i:]):
                     settled = history[i]
                     break
-            order[region] = None if settled is None else {
-                "settled_at_s": round((settled[0] - self.t0) / 1000.0, 3),
-                "labels_joined": settled[1]}
+            powerful = sum(a.powerful.n for a in controller.estimates.state.segments.values())
+            order[region] = (
+                {"settled_at_s": None, "labels_joined": None,
+                 "why": "no powerful-model labels: no SBM traffic to learn an order from"}
+                if powerful == 0 else
+                {"settled_at_s": None, "labels_joined": None,
+                 "why": "the order had not settled on the true one by the end"}
+                if settled is None else
+                {"settled_at_s": round((settled[0] - self.t0) / 1000.0, 3),
+                 "labels_joined": settled[1]})
         return {"lift": lift, "labels": labels, "segment_order": order}
 
 
