@@ -23,8 +23,10 @@ replay, small enough for the controller's snapshot):
   the powerful model served there; RMA's is the rest, its interval the two variances summed
   (conservative), and ``rma_per_extra`` that divided by the mean extra candidates sent.
 
-Sums past ``max_effective_n`` rounds are scaled down (a moving window), so the estimates follow
-drift. No clock, no randomness, no I/O: the same joined decisions give the same estimates.
+A segment arm's sums past ``max_effective_n`` rounds are scaled down (a moving window), so
+the gains follow drift; the lift's sums (treated, holdout, the powerful share) are kept whole,
+since the controller's state began, so that both sides of the comparison cover the same
+requests. No clock, no randomness, no I/O: the same joined decisions give the same estimates.
 """
 
 from __future__ import annotations
@@ -97,6 +99,8 @@ class Arms(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True
            array_like=True):
     baseline: Moments = Moments()
     powerful: Moments = Moments()
+    powerful_total: float = 0.0
+    """Treated rounds the powerful model served, never forgotten (the lift's SBM share)."""
 
 
 class Estimate(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -145,13 +149,14 @@ class GainEstimator:
         if value is None or not math.isfinite(value):
             return
         max_n = float(self.sbm.max_effective_n)
+        # The lift's sums are never forgotten: treated and holdout must cover the same
+        # requests (a moving treated mean against a whole-history holdout mean is biased
+        # whenever the lift moves), as the SBM share below must.
         if joined.holdout:
-            self._holdout = self._holdout.add(value, 1.0, max_n)
+            self._holdout = self._holdout.add(value, 1.0)
             return
-        before = self._treated.n
-        self._treated = self._treated.add(value, 1.0, max_n)
-        scale = (self._treated.n - 1.0) / before if before > 0 else 1.0
-        self._treated_extra = self._treated_extra * scale + joined.extra
+        self._treated = self._treated.add(value, 1.0)
+        self._treated_extra += joined.extra
         seg = self._segments.get(joined.segment)
         if seg is None:
             if len(self._segments) >= self.sbm.max_segments:
@@ -161,9 +166,11 @@ class GainEstimator:
             seg = Arms()
         weight = 1.0 / joined.propensity
         if joined.model == "powerful":
-            seg = Arms(baseline=seg.baseline, powerful=seg.powerful.add(value, weight, max_n))
+            seg = Arms(baseline=seg.baseline, powerful=seg.powerful.add(value, weight, max_n),
+                       powerful_total=seg.powerful_total + 1.0)
         else:
-            seg = Arms(baseline=seg.baseline.add(value, weight, max_n), powerful=seg.powerful)
+            seg = Arms(baseline=seg.baseline.add(value, weight, max_n), powerful=seg.powerful,
+                       powerful_total=seg.powerful_total)
         self._segments[joined.segment] = seg
 
     # -- per-segment gains -----------------------------------------------------------------
@@ -237,7 +244,7 @@ class GainEstimator:
                 if (est.measured is None or est.std is None or arms.baseline.n < k
                         or arms.powerful.n < k):
                     continue
-                share = arms.powerful.n / t.n
+                share = arms.powerful_total / t.n
                 sbm_mean += share * est.measured
                 sbm_var += share * share * est.std ** 2
             out["sbm"] = _estimate(sbm_mean, sbm_var, z)

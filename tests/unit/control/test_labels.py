@@ -273,3 +273,27 @@ def test_a_bad_labels_key_stops_the_start_naming_it(tmp_path: Path) -> None:
         load_config(path)
     path.write_text("[labels]\nwindow_s = 120.0\n")
     assert load_config(path).labels.window_s == 120.0
+
+
+def test_the_lift_compares_treated_and_holdout_over_the_same_requests() -> None:
+    """Past max_effective_n the gains forget; the lift must not (a recent treated mean against
+    a whole-history holdout mean is off whenever the lift moves)."""
+    rng = np.random.default_rng(11)
+    est = GainEstimator(SbmConfig(max_effective_n=1000), LabelsConfig())
+    true = []
+    for i in range(40_000):
+        lift = 0.1 if i < 20_000 else 0.3
+        if rng.random() < 0.05:
+            est.observe(decision(f"h{i}", holdout=True, value=1.0 + rng.normal(0.0, 0.2)))
+            continue
+        powerful = rng.random() < 0.5
+        est.observe(decision(f"t{i}", model="powerful" if powerful else "baseline",
+                             propensity=0.5, extra=4,
+                             value=1.0 + lift + (0.1 if powerful else 0.0)
+                             + rng.normal(0.0, 0.2)))
+        true.append(lift + (0.1 if powerful else 0.0))
+    e = est.lift()["all"]
+    assert e.ci_low is not None and e.ci_high is not None
+    assert e.ci_low <= float(np.mean(true)) <= e.ci_high, (e, np.mean(true))
+    sbm = est.lift()["sbm"]
+    assert sbm.measured == pytest.approx(0.05, abs=0.01)     # half the treated, gain 0.1
