@@ -31,8 +31,8 @@ build() {
 
 # The third-party layers from the cache, with the base they were built on (an imported base
 # gets a new image ID each time, which the build cache would not match).
-key=$(cat requirements.lock pyproject.toml infra/docker/requirements.py infra/docker/Dockerfile \
-      | sha256sum | cut -c1-12)
+key=$( (cat requirements.lock pyproject.toml infra/docker/requirements.py infra/docker/Dockerfile
+       echo "${SURPLUS_WHEELS_PORT:-29480}") | sha256sum | cut -c1-12)
 saved=$cache/images/deps-$key.tar
 if [ "$which" = all ] && ! have "surplus-deps:$key" && [ -s "$saved" ]; then
   t0=$SECONDS; docker load -q -i "$saved" >/dev/null
@@ -63,7 +63,12 @@ if [ ! -f "$wheels/.lock-$wheels_key" ]; then
     $(python3 infra/docker/requirements.py pyproject.toml client control report worker)
   rm -f "$wheels"/.lock-*; touch "$wheels/.lock-$wheels_key"
 fi
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# A fixed port: the build cache keys RUN steps by the build arguments, PIP_FIND_LINKS included.
+port=${SURPLUS_WHEELS_PORT:-29480}
+if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+  echo "127.0.0.1:$port is taken: the wheelhouse is served on another port (no build cache)" >&2
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+fi
 python3 -m http.server --bind 127.0.0.1 --directory "$wheels" "$port" >/dev/null 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
