@@ -110,31 +110,7 @@ def decode_telemetry(payload: bytes | bytearray | memoryview | str) -> list[Wind
     sends an array, so the control plane pays its per-message cost once per batch; every
     report in it is checked as strictly as a single one.
     """
-    if payload is None:
-        raise ContractError("WindowReport", "empty payload (null value)")
-    if isinstance(payload, str):
-        payload = payload.encode()
-    elif isinstance(payload, memoryview):
-        payload = payload.tobytes()
-    if len(payload) > TELEMETRY_MAX_BYTES:
-        raise ContractError("WindowReport", f"payload of {len(payload)} bytes exceeds the "
-                                            f"{TELEMETRY_MAX_BYTES}-byte limit")
-    if len(payload) <= DEFAULT_MAX_BYTES and payload.lstrip()[:1] != b"[":
-        return [codec_for(WindowReport).decode(payload)]
-    try:
-        decoded = _telemetry_decoder.decode(payload)
-    except msgspec.ValidationError as exc:
-        raise ContractError("WindowReport", str(exc)) from None
-    except msgspec.DecodeError as exc:
-        raise ContractError("WindowReport", f"malformed JSON ({exc})") from None
-    except RecursionError:
-        raise ContractError("WindowReport", "JSON nested too deeply") from None
-    reports = decoded if isinstance(decoded, list) else [decoded]
-    for i, report in enumerate(reports):
-        if report.v not in SUPPORTED_VERSIONS:
-            raise ContractError("WindowReport", f"unknown schema version {report.v} at "
-                                                f"`$[{i}].v`")
-    return reports
+    return _decode_batch(WindowReport, _telemetry_decoder, payload)
 
 
 OUTCOMES_BATCH_MAX = 10_000
