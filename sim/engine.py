@@ -458,16 +458,16 @@ class Simulation:
             explored=req.explored and not req.fell_back,
             extra=req.extra if not req.fell_back else 0,
             propensity=min(max(propensity, 1e-6), 1.0), holdout=holdout))
-        plant = self.sc.labels
         draws = self.rng_labels.random(4)
-        if draws[0] < plant.lost:
+        fate = self.sc.labels.fate(float(draws[0]), float(_normal_from(draws[1], draws[2])),
+                                   float(draws[3]), unit=1000.0)
+        if fate is None:
             return
-        delay_ms = 1000.0 * plant.delay_median_s * math.exp(
-            plant.delay_sigma * float(_normal_from(draws[1], draws[2])))
+        delay_ms, twice = fate
         due = req.finished_ms + delay_ms
         heapq.heappush(self._labels, (due, next(self._seq), rc.name, request_id, observed,
                                       seg.name, model, end, truth))
-        if draws[3] < plant.duplicated:
+        if twice:
             heapq.heappush(self._labels, (due + delay_ms, next(self._seq), rc.name,
                                           request_id, observed, seg.name, model, end, None))
 

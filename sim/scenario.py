@@ -306,6 +306,16 @@ class LabelsPlant(_Config, frozen=True, kw_only=True):
     duplicated: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.01
     """Share of labels sent twice (a retrying labeller)."""
 
+    def fate(self, lost_u: float, z: float, dup_u: float,
+             unit: float = 1.0) -> tuple[float, bool] | None:
+        """One label's fate from a uniform ``lost_u``, a standard normal ``z`` and a uniform
+        ``dup_u``: None when it never comes, else its delay (seconds times ``unit``) and
+        whether it comes a second time (as late again). The simulator and the demo's load
+        generator draw their own numbers and share this rule."""
+        if lost_u < self.lost:
+            return None
+        return unit * self.delay_median_s * math.exp(self.delay_sigma * z), dup_u < self.duplicated
+
 
 class DelaysConfig(_Config, frozen=True, kw_only=True):
     """How long messages take to reach workers and clients (ms)."""

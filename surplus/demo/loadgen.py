@@ -264,15 +264,15 @@ class LoadGenerator:
 
     def _label_later(self, request_id: str, value: float) -> None:
         """The outcome reaches the service after a log-normal delay; some never, some twice."""
-        plant = self.scenario.labels
         lost, z, dup = self._label_rng.random(), self._label_rng.standard_normal(), \
             self._label_rng.random()
-        if lost < plant.lost:
+        fate = self.scenario.labels.fate(lost, float(z), dup)
+        if fate is None:
             self.labels_lost += 1
             return
-        delay = plant.delay_median_s * float(np.exp(plant.delay_sigma * z))
+        delay, twice = fate
         loop = asyncio.get_running_loop()
-        for at in ((delay, 2 * delay) if dup < plant.duplicated else (delay,)):
+        for at in ((delay, 2 * delay) if twice else (delay,)):
             loop.call_later(at, self._send_label, request_id, value)
             self.labels_due += 1
 
