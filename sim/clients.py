@@ -32,6 +32,7 @@ class SimClient(Protocol):
     def offer(self, targets: ControlTargets, now: int) -> None: ...
     def observe(self, state: ServerState | None, now: int, error: str | None = None,
                 model: Model = "baseline") -> None: ...
+    def settle(self, model: Model, extra: int, optional_shed: int, now: int) -> None: ...
     def learn(self, segment: str, model: str, value: float) -> None: ...
     def counters(self) -> dict[str, dict[str, int]]: ...
 
@@ -60,6 +61,9 @@ class SurplusClient:
     def observe(self, state: ServerState | None, now: int, error: str | None = None,
                 model: Model = "baseline") -> None:
         self.decider.observe(state, now, error=error, model=model)
+
+    def settle(self, model: Model, extra: int, optional_shed: int, now: int) -> None:
+        self.decider.settle(model, extra, optional_shed, now)
 
     def learn(self, segment: str, model: str, value: float) -> None:
         self.decider.router.observe(segment, model, value)  # type: ignore[arg-type]
@@ -108,6 +112,9 @@ class NaiveClient:
                 model: Model = "baseline") -> None:
         if error is not None:
             self._bump("errors", error)
+
+    def settle(self, model: Model, extra: int, optional_shed: int, now: int) -> None:
+        return None  # no budget to refund
 
     def learn(self, segment: str, model: str, value: float) -> None:
         return None

@@ -368,6 +368,7 @@ class RankingClient:
         """Count what the server shed, learn from the value, publish the outcome."""
         decider = self.decider
         decider.bump("served", response.model)
+        decider.settle(decision.model, decision.extra, response.optional_shed, self._clock())
         if response.optional_shed:
             decider.bump("server_shed", response.shed_reason or "unspecified",
                          response.optional_shed)
