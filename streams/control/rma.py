@@ -119,10 +119,11 @@ class RmaPolicy:
         return min(float(self.config.max_extra_candidates), per_request)
 
     def settled_rate(self, request_rate: float) -> float:
-        """Median of the recorded rates and ``request_rate`` (which is not recorded)."""
+        """Median of the recorded rates and ``request_rate`` (which is not recorded); of an
+        even count the lower middle one, so that in the first periods of a run one burst
+        among two rates is not half of the rate the budget is spread over."""
         rates = sorted([*self._rates[-(RATE_PERIODS - 1):], request_rate])
-        mid = len(rates) // 2
-        return rates[mid] if len(rates) % 2 else 0.5 * (rates[mid - 1] + rates[mid])
+        return rates[(len(rates) - 1) // 2]
 
     def step(self, stats: list[WindowStats], budget_units_per_s: float, dt_s: float, *,
              ceiling: float | None = None) -> RmaTarget:

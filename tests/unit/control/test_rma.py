@@ -106,6 +106,13 @@ def test_a_burst_of_one_period_does_not_cut_the_budget_cap_to_a_sliver() -> None
     assert burst.extra_candidates == 100 and after.extra_candidates == 100
 
 
+def test_a_burst_in_the_second_period_of_a_run_does_not_halve_the_budget_cap() -> None:
+    policy = RmaPolicy(CONFIG)
+    policy.step([stats(10.0, rate=100.0)], 10_000.0, 10.0)
+    assert policy.cap(10_000.0, 1500.0) == 100.0             # the lower of 100 and 1500 rps
+    assert policy.settled_rate(1500.0) == 100.0
+
+
 def test_a_lasting_rise_in_traffic_moves_the_cap_within_a_few_periods() -> None:
     policy = RmaPolicy(CONFIG)
     for _ in range(10):
