@@ -530,18 +530,9 @@ class Admission(Generic[T]):
         return low
 
     def queue_delay_ms(self, now_ms: int) -> float:
-        """How long the work this replica must do waits: the larger of the predicted wait and
-        the age of the oldest queued baseline work. On a replica that serves baseline work,
-        queued optional work is left out: it yields to baseline (which drains first), so it
-        delays nobody, and counting it would have every request's own extras, trimmed to the
-        bound, report the replica as struggling and cut the next requests' extras at the
-        client. On a whole-request replica all work is optional and all of it counts."""
+        """The larger of the predicted wait and the age of the oldest queued baseline work."""
         oldest = now_ms - self._baseline[0].enqueued_ms if self._baseline else 0
-        if self.whole_requests:
-            return max(self.predicted_delay_ms(), float(oldest))
-        ahead = self.service.drain_ms(self._baseline_units + self.in_flight_units,
-                                      self.batch_units)
-        return max(ahead, float(oldest))
+        return max(self.predicted_delay_ms(), float(oldest))
 
     def shedding_level(self, now_ms: int) -> int:
         """0 (all clear) .. 3 (send no optional work): queue delay against the bounds; at

@@ -437,19 +437,6 @@ def test_shedding_level_follows_queue_delay_against_the_bounds(queued_units: int
     assert adm.state(0).shedding_level == level
 
 
-def test_queued_optional_work_does_not_raise_a_ranking_replicas_shedding_level() -> None:
-    ranking, _ = make()
-    whole: Admission[str] = Admission(CFG, whole_requests=True)
-    for adm in (ranking, whole):
-        assert adm.admit_optional("extras", value=1.0, deadline_ms=40, now_ms=0, units=8)
-    # 8 ms of optional work queued: baseline would not wait behind it (it drains first), so
-    # a ranking replica reports no delay; on a whole-request replica it is all the work
-    assert (ranking.queue_delay_ms(0), ranking.shedding_level(0)) == (0.0, 0)
-    assert (whole.queue_delay_ms(0), whole.shedding_level(0)) == (8.0, 0)  # 8 of 40 ms
-    ranking.admit_baseline("b", now_ms=0, units=5)
-    assert (ranking.queue_delay_ms(0), ranking.shedding_level(0)) == (5.0, 2)
-
-
 def test_waiting_baseline_raises_the_reported_queue_delay() -> None:
     adm, _ = make()
     adm.admit_baseline("b", now_ms=0)
