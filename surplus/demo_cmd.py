@@ -29,6 +29,10 @@ def demo(
     rate: Rate = None,
     bootstrap: Cluster = None,
     prefix: RunPrefix = None,
+    background_nice: Annotated[int, typer.Option(
+        min=0, max=19, help="Niceness added to the control plane, the recorder and "
+                            "Prometheus, which share the cores with the serving path "
+                            "(0: none).")] = 10,
     report_only: Annotated[bool, typer.Option(
         "--report", help="Only rebuild summary.json, plots and report.html from --out.")]
     = False,
@@ -53,7 +57,8 @@ def demo(
     if rate is not None and rate <= 0:
         fail(f"--rate must be > 0, got {rate:g}")
     options = DemoOptions(out=out, duration_s=duration, scenario=scenario, bootstrap=bootstrap,
-                          prefix=prefix, prometheus=prometheus, rate=rate)
+                          prefix=prefix, prometheus=prometheus, rate=rate,
+                          background_nice=background_nice)
     code = Demo(options, say=lambda line: typer.echo(line)).run()
     if code:
         raise typer.Exit(code)

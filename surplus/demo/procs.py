@@ -32,12 +32,29 @@ def _die_with_parent() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
+def _preexec(nice: int) -> Callable[[], None]:
+    """What runs in the child before exec: its CPU priority, then the parent-death signal."""
+
+    def run() -> None:
+        if nice:
+            with contextlib.suppress(OSError):
+                os.nice(nice)
+        if sys.platform.startswith("linux"):
+            _die_with_parent()
+
+    return run
+
+
 class Child:
     """One `surplus` subcommand (or any program, with ``program``) running for a run."""
 
     def __init__(self, name: str, args: list[str], log_dir: Path, *,
-                 program: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+                 program: list[str] | None = None, env: dict[str, str] | None = None,
+                 nice: int = 0) -> None:
         self.name = name
+        #: Added to the child's niceness: a process off the serving and preemption paths
+        #: (the control plane, the recorder) yields the CPU to those that are on them.
+        self.nice = nice
         self.args = args
         self.log_path = log_dir / f"{name}.log"
         self.program = program if program is not None else [sys.executable, "-m", "surplus.cli"]
@@ -52,7 +69,7 @@ class Child:
                 [*self.program, *self.args], stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
                 env={**os.environ, **(self.env or {})},
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                preexec_fn=_preexec(self.nice))
         return self
 
     @property

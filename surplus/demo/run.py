@@ -52,6 +52,11 @@ DEFAULT_PREFIX = "surplus.demo."
 APP_ID = "surplus-demo-control"
 LEAD_S = 8.0
 """Seconds between launching the scheduler and load generator and the start of their timeline."""
+BACKGROUND = frozenset({"control-plane", "recorder", "prometheus"})
+"""Children off the serving path and the preemption path: on the demo's shared cores they run
+at ``DemoOptions.background_nice``, so a burst of their work (a control tick, a batch of
+labels) waits for the workers, the broker and the load rather than delaying a notice or a
+baseline request. In a deployment they would not share the serving replicas' cores at all."""
 
 
 class DemoError(RuntimeError):
@@ -72,6 +77,8 @@ class DemoOptions:
     prometheus: bool = False
     rate: float | None = None
     progress_every_s: float = 5.0
+    background_nice: int = 10
+    """Niceness of the ``BACKGROUND`` children (0: as the rest)."""
 
 
 @dataclass
@@ -213,7 +220,8 @@ class Demo:
     # -- processes -------------------------------------------------------------------------
 
     def _start(self, name: str, args: list[str], program: list[str] | None = None) -> Child:
-        child = Child(name, args, self.out / "logs", program=program).start()
+        nice = self.opt.background_nice if name in BACKGROUND else 0
+        child = Child(name, args, self.out / "logs", program=program, nice=nice).start()
         self.children[name] = child
         return child
 

@@ -62,6 +62,14 @@ def test_a_child_that_stops_on_sigterm_reports_its_status(tmp_path: Path) -> Non
     assert not child.alive()
 
 
+def test_a_background_child_runs_at_the_niceness_it_was_given(tmp_path: Path) -> None:
+    code = "import os; print('nice', os.nice(0), flush=True)"
+    base = os.nice(0)
+    child = Child("bg", ["-c", code], tmp_path, program=[sys.executable], nice=5).start()
+    assert child.wait(10.0) == 0
+    assert f"nice {min(base + 5, 19)}" in child.log_path.read_text()
+
+
 def test_arrivals_follow_the_scenario_rate_and_are_sorted() -> None:
     scenario, base = plan.load("demo", 60.0)
     region = scenario.regions[0]
