@@ -56,6 +56,7 @@ from sim.traces import arrival_counts
 from sim.worker import BASE, OPT, WHOLE, NormalBlock, Request, SimWorker
 from streams.eventlog import EventLogWriter, make_event
 from streams.replay_output import Progress
+from workers.client.decision import logged_propensity
 from workers.policy.routing import Model
 
 
@@ -140,13 +141,12 @@ class Simulation:
         #: rid -> (propensity, holdout) of its decision (sim.worker.Request does not keep them).
         self._logged: dict[int, tuple[float, bool]] = {}
         #: Labels on their way: (due ms, seq, region, request id, value, segment, model, when
-        #: its decision was published, its truth: (powerful, incremental value) or None for a
-        #: holdout request or a label's second copy).
+        #: its decision was published, its truth: (powerful, incremental value, inverse of
+        #: the logged propensity) or None for a holdout request or a label's second copy).
         self._labels: list[tuple[float, int, str, str, float, str, str, int,
-                                 tuple[bool, float] | None]] = []
+                                 tuple[bool, float, float] | None]] = []
         #: Per region and segment, the truth of the treated requests whose labels the control
-        #: plane joins (the requests its measurement sees): [baseline-arm n, Σ their RMA
-        #: value, powerful n, Σ their gain + RMA value] (see ``true_lift``).
+        #: plane joins (the requests its measurement sees): ``add_truth``'s sums.
         self._true_lift: dict[str, dict[str, list[float]]] = {}
         #: Per region: (ts, labels joined) of each surplus target, and if its segment order
         #: matched the true gain order.
@@ -447,19 +447,17 @@ class Simulation:
         observed = seg.value + sbm + rma \
             + seg.outcome_noise * (math.log(self._outcome_noise()))
         observed = max(-1e6, min(1e6, observed))
-        propensity, holdout = self._logged.pop(req.rid, (1.0, False))
-        if req.fell_back:
-            # Chosen for powerful, served by baseline: logged as the baseline arm, at the
-            # probability it was not chosen (as the live client logs it).
-            propensity = max(1.0 - propensity, 1e-6)
-        truth = None if holdout else (model == "powerful", sbm + rma)
+        chosen_p, holdout = self._logged.pop(req.rid, (1.0, False))
+        chosen: Model = "powerful" if req.fell_back else model
+        propensity = logged_propensity(chosen, chosen_p, model)   # as the live client logs it
+        truth = None if holdout else (model == "powerful", sbm + rma, 1.0 / propensity)
         request_id = f"{rc.name}-{req.rid}"
         self._publish(end, "outcomes", rc.name, RoutingOutcome(
             v=DECISION_VERSION, ts_ms=int(req.finished_ms), scope=rc.name,
             request_id=request_id, segment=seg.name, model=model,
             explored=req.explored and not req.fell_back,
             extra=req.extra if not req.fell_back else 0,
-            propensity=min(max(propensity, 1e-6), 1.0), holdout=holdout))
+            propensity=propensity, holdout=holdout))
         draws = self.rng_labels.random(4)
         fate = self.sc.labels.fate(float(draws[0]), float(_normal_from(draws[1], draws[2])),
                                    float(draws[3]), unit=1000.0)
@@ -481,14 +479,7 @@ class Simulation:
             due, _, region, request_id, value, segment, model, decided, truth = \
                 heapq.heappop(labels)
             if truth is not None and end - decided <= window_ms:   # it joins: count its truth
-                sums = self._true_lift.setdefault(region, {}).setdefault(segment,
-                                                                         [0.0, 0.0, 0.0, 0.0])
-                if truth[0]:
-                    sums[2] += 1.0
-                    sums[3] += truth[1]
-                else:
-                    sums[0] += 1.0
-                    sums[1] += truth[1]
+                add_truth(self._true_lift.setdefault(region, {}), segment, *truth)
             self.regions[region].client.learn(segment, model, value)
             self._publish(end, "labels", request_id, OutcomeLabel(
                 ts_ms=int(due), scope=region, request_id=request_id, value=value))
@@ -728,21 +719,38 @@ class Simulation:
         return {"lift": lift, "labels": labels, "segment_order": order}
 
 
+def add_truth(truth: dict[str, list[float]], segment: str, powerful: bool, value: float,
+              weight: float) -> None:
+    """Count one treated request's true incremental value (its gain from the powerful model
+    plus the value of the extras it got) into its segment's sums ``[baseline-arm n, Σ value,
+    powerful n, Σ value, baseline Σw, Σw·value, powerful Σw, Σw·value]``, ``weight`` being
+    the inverse of the propensity its decision record logs."""
+    sums = truth.setdefault(segment, [0.0] * 8)
+    arm = 2 if powerful else 0
+    sums[arm] += 1.0
+    sums[arm + 1] += value
+    sums[4 + arm] += weight
+    sums[5 + arm] += weight * value
+
+
 def true_lift(truth: dict[str, list[float]]) -> dict[str, float | None]:
-    """The true lift per treated request, per lever, from per-segment sums ``[baseline-arm n,
-    Σ RMA value, powerful n, Σ gain + RMA value]``. ``all``: the incremental value of the
-    treated requests. ``sbm``: what routing to the powerful model added, the request's gain
-    plus the value of the extras it got there, less what the extras of its segment's
-    baseline-arm requests were worth (what it would have got without SBM); ``rma``: the rest
-    (the extras' value with SBM off). The measured split estimates the same quantities."""
+    """The true lift per treated request, per lever, from ``add_truth``'s sums. ``all``: the
+    incremental value of the treated requests. ``sbm``: per segment, what routing to the
+    powerful model added (the powerful arm's incremental value less the baseline arm's, each
+    weighted by the inverse propensity, as the off-policy estimate weighs them: the arms
+    are compared as if every request had been routed at random, so a time when one arm was
+    rarer, such as a reclaim that sends all to baseline with extras cut, does not count as
+    that arm's worth), times its powerful requests; ``rma``: the rest. The measured split
+    estimates the same quantities."""
     n = sum(t[0] + t[2] for t in truth.values())
     if n <= 0:
         return {"all": None, "sbm": None, "rma": None}
     total = sum(t[1] + t[3] for t in truth.values())
     sbm = 0.0
     for name in sorted(truth):
-        nb, rb, npow, vp = truth[name]
-        sbm += vp - npow * (rb / nb if nb else 0.0)
+        _, _, npow, _, wb, wvb, wp, wvp = truth[name]
+        if npow:
+            sbm += npow * (wvp / wp - (wvb / wb if wb else 0.0))
     return {"all": total / n, "sbm": sbm / n, "rma": (total - sbm) / n}
 
 

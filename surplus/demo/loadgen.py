@@ -46,12 +46,13 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 
 from schemas.clock import wall_ms
 from schemas.kafka_config import KafkaSettings
-from sim.engine import true_lift
+from sim.engine import add_truth, true_lift
 from sim.scenario import RegionConfig, Scenario, SegmentConfig
 from sim.traces import arrival_counts
 from workers.api import Candidate, RankResponse
 from workers.client.client import RankingClient, RankingError
 from workers.client.config import ClientConfig
+from workers.client.decision import logged_propensity
 
 LATENCY_BUCKETS_S = (0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.5, 1.0, 2.0)
 REQUEST_COLUMNS = ("t_ms", "latency_ms", "ok", "model", "segment", "extra_sent", "extra_scored",
@@ -252,13 +253,10 @@ class LoadGenerator:
         if result.decision.holdout:
             self.holdout_requests += 1
         else:
-            truth = self._truth.setdefault(seg.name, [0.0, 0.0, 0.0, 0.0])
-            if resp.model == "powerful":
-                truth[2] += 1.0
-                truth[3] += gain_sbm + gain_rma
-            else:
-                truth[0] += 1.0
-                truth[1] += gain_rma
+            d = result.decision
+            p = logged_propensity(d.model, d.propensity, resp.model)
+            add_truth(self._truth, seg.name, resp.model == "powerful", gain_sbm + gain_rma,
+                      1.0 / p)
         self._account(offset, result.latency_ms, resp, result.decision.extra, extra_scored,
                       result.fell_back, seg.name, observed, gain_rma, gain_sbm, fate)
 

@@ -47,7 +47,7 @@ from schemas.kafka_config import KafkaSettings
 from schemas.topics import scope_partition, spec
 from workers.api import RANK_PATH, Candidate, RankRequest, RankResponse, decode_response, encode
 from workers.client.config import ClientConfig
-from workers.client.decision import Decider, Decision
+from workers.client.decision import Decider, Decision, logged_propensity
 from workers.client.feed import MembershipFeed, TargetsFeed
 from workers.policy.membership import Membership
 from workers.policy.routing import Model
@@ -395,20 +395,14 @@ class RankingClient:
         if self._producer is None or not self.config.publish_outcomes or self.kafka is None:
             return
         model = response.model
-        if fell_back is not None:
-            # The router chose powerful; baseline served it after the powerful call failed.
-            # The logged arm is what served it, at the probability it was not chosen.
-            propensity = max(1.0 - decision.propensity, 1e-6) if decision.model != model \
-                else decision.propensity
-        else:
-            propensity = decision.propensity
+        propensity = logged_propensity(decision.model, decision.propensity, model)
         record = RoutingOutcome(
             v=DECISION_VERSION, ts_ms=self._clock(), scope=self.config.scope,
             request_id=request.request_id, segment=request.segment, model=model,
             value=value, explored=decision.explored and fell_back is None,
             extra=max(len(request.candidates) - request.base_count, 0)
             if fell_back is None else 0,
-            propensity=min(max(propensity, 1e-6), 1.0), holdout=decision.holdout)
+            propensity=propensity, holdout=decision.holdout)
         batch = self._batch
         if not batch and not self._labels:
             self._batch_since = time.perf_counter()

@@ -39,6 +39,14 @@ class Decision(msgspec.Struct, frozen=True):
 Counters = dict[str, dict[str, int]]
 
 
+def logged_propensity(chosen: Model, chosen_p: float, served: Model) -> float:
+    """The propensity a decision record logs for the arm that served the request: the
+    router's probability of the chosen arm, or, when the powerful call failed and baseline
+    served it, the probability of not choosing powerful (the logged arm is what served it)."""
+    p = chosen_p if chosen == served else 1.0 - chosen_p
+    return min(max(p, 1e-6), 1.0)
+
+
 class Decider:
     """Targets + router + shedder + budget for one client; every decision is counted."""
 

@@ -250,15 +250,34 @@ def test_value_curves_stay_the_prior_until_both_levers_are_measured() -> None:
 
 
 def test_the_true_split_counts_what_routing_changed() -> None:
-    from sim.engine import true_lift
+    from sim.engine import add_truth, true_lift
 
     # one segment: 2 baseline-arm requests with RMA value 0.1 each, 2 powerful ones with gain
     # 0.5 and RMA value 0.3 each: SBM added 0.5 + 0.3 - 0.1 per powerful request
-    lift = true_lift({"s": [2.0, 0.2, 2.0, 1.6]})
+    truth: dict[str, list[float]] = {}
+    for powerful, value in ((False, 0.1), (False, 0.1), (True, 0.8), (True, 0.8)):
+        add_truth(truth, "s", powerful, value, 2.0)
+    lift = true_lift(truth)
     assert lift["all"] == pytest.approx(1.8 / 4)
     assert lift["sbm"] == pytest.approx(2 * 0.7 / 4)
     assert lift["rma"] == pytest.approx((1.8 - 1.4) / 4)
     assert true_lift({}) == {"all": None, "sbm": None, "rma": None}
+
+
+def test_the_true_split_weighs_the_arms_as_the_logged_propensities_do() -> None:
+    from sim.engine import add_truth, true_lift
+
+    # while routed at p = 0.9 (extras on), the baseline arm was worth 0.3; during a reclaim
+    # every request went baseline (p = 1 for it) with extras cut, worth 0.0. Weighted by
+    # inverse propensity the baseline arm is worth (10 x 0.3 + 10 x 0.0) / 20 = 0.15 beside
+    # the powerful arm's 0.8, not the 0.03 raw mean of its 11 requests, mostly the reclaim's
+    truth: dict[str, list[float]] = {}
+    for _ in range(9):
+        add_truth(truth, "s", True, 0.8, 1 / 0.9)
+    add_truth(truth, "s", False, 0.3, 1 / 0.1)
+    for _ in range(10):
+        add_truth(truth, "s", False, 0.0, 1.0)
+    assert true_lift(truth)["sbm"] == pytest.approx(9 * (0.8 - 0.15) / 20)
 
 
 def test_a_bad_labels_key_stops_the_start_naming_it(tmp_path: Path) -> None:
