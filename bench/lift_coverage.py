@@ -4,7 +4,10 @@ Each seed runs the simulator with the surplus controller (``sim.engine.Simulatio
 summary holds, per region and lever, the control plane's measured lift against the holdout
 and the true lift of the same requests (``lift``), and when the targets' segment order last
 settled on the true gain order (``segment_order``). This counts, per lever, the seeds whose
-interval holds the truth, and lists the labels joined by the time the order settled.
+interval holds the truth, and lists the labels joined by the time the order settled. It also
+prints the calibration of the ``all`` interval: over the seeds, the standard deviation of
+(measured - true) / (the interval's standard error), which is about 1 when the interval's
+width is right and above 1 when the estimate varies more than the interval says.
 
     python -m bench.lift_coverage SCENARIO [DURATION_S] [SEEDS]   # prints one JSON line
 
@@ -14,20 +17,24 @@ Goal (issue 14): the truth inside the interval in at least 9 of 10 seeds.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import tempfile
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 from sim.engine import Simulation
 from sim.scenario import find_scenario, load_scenario
 
 LEVERS = ("all", "sbm", "rma")
+Z95 = NormalDist().inv_cdf(0.975)
 
 
 def run(scenario: str, duration_s: float | None = None, seeds: int = 10) -> dict[str, Any]:
     covered = dict.fromkeys(LEVERS, 0)
     runs = []
+    zs: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(1, seeds + 1):
             sc, base = load_scenario(find_scenario(scenario), duration_s=duration_s, seed=seed)
@@ -39,6 +46,11 @@ def run(scenario: str, duration_s: float | None = None, seeds: int = 10) -> dict
                     hit = (e["lift_ci_low"] is not None and e["lift_true"] is not None
                            and e["lift_ci_low"] <= e["lift_true"] <= e["lift_ci_high"])
                     covered[lever] += hit
+                    if lever == "all" and e["lift_ci_low"] is not None \
+                            and e["lift_true"] is not None:
+                        se = (e["lift_ci_high"] - e["lift_ci_low"]) / (2.0 * Z95)
+                        if se > 0:
+                            zs.append((e["lift_measured"] - e["lift_true"]) / se)
                     row[lever] = [e["lift_measured"], e["lift_ci_low"], e["lift_ci_high"],
                                   e["lift_true"], hit]
                 order = summary["segment_order"][region]
@@ -47,6 +59,7 @@ def run(scenario: str, duration_s: float | None = None, seeds: int = 10) -> dict
                 runs.append(row)
     return {"scenario": scenario, "duration_s": duration_s, "seeds": seeds,
             "covered": covered, "runs": runs,
+            "z_sd": round(statistics.pstdev(zs), 3) if len(zs) > 1 else None,
             "meets_goal": covered["all"] >= 0.9 * len(runs)}
 
 
