@@ -28,7 +28,6 @@ from sim.engine import Simulation
 from sim.scenario import find_scenario, load_scenario
 
 LEVERS = ("all", "sbm", "rma")
-Z95 = NormalDist().inv_cdf(0.975)
 
 
 def run(scenario: str, duration_s: float | None = None, seeds: int = 10) -> dict[str, Any]:
@@ -38,6 +37,8 @@ def run(scenario: str, duration_s: float | None = None, seeds: int = 10) -> dict
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(1, seeds + 1):
             sc, base = load_scenario(find_scenario(scenario), duration_s=duration_s, seed=seed)
+            # the interval's z, as the estimator takes it from the scenario's confidence
+            z = NormalDist().inv_cdf(0.5 + sc.control.labels.confidence / 2.0)
             summary = Simulation(sc, base, "surplus", Path(tmp) / str(seed)).run()
             for region, levers in sorted(summary["lift"].items()):
                 row: dict[str, Any] = {"seed": seed, "region": region}
@@ -48,7 +49,7 @@ def run(scenario: str, duration_s: float | None = None, seeds: int = 10) -> dict
                     covered[lever] += hit
                     if lever == "all" and e["lift_ci_low"] is not None \
                             and e["lift_true"] is not None:
-                        se = (e["lift_ci_high"] - e["lift_ci_low"]) / (2.0 * Z95)
+                        se = (e["lift_ci_high"] - e["lift_ci_low"]) / (2.0 * z)
                         if se > 0:
                             zs.append((e["lift_measured"] - e["lift_true"]) / se)
                     row[lever] = [e["lift_measured"], e["lift_ci_low"], e["lift_ci_high"],
