@@ -56,6 +56,12 @@ def test_a_leaked_handle_raises_the_lowest_count_and_fails() -> None:
     assert not v.ok and (v.start, v.end) == (21.0, 29.0)
 
 
+def test_a_count_a_few_handles_higher_is_a_settled_pool_not_a_leak() -> None:
+    settled = [(t, 29.0 if t < 120 else 32.0) for t, _ in _flat(0)]
+    [v] = growth.judge({"w": {"fds": settled}}, {"w": ["fds"]}, SPAN, 0.10, {})
+    assert v.ok and v.growth is not None and v.growth > 1.10
+
+
 def test_rss_is_judged_by_its_mean() -> None:
     points = _flat(100.0)
     points[-2] = (points[-2][0], 140.0)  # garbage not yet collected at one sample
