@@ -16,17 +16,26 @@ replay, small enough for the controller's snapshot):
   ``GainEstimator.priority`` combines the estimate with the configured prior (``sbm.prior_*``,
   centred on the fleet-wide gain): with no labels the prior alone ranks segments, and it fades
   as labels arrive. That posterior is what the targets carry as segment priorities.
-- **Measured lift against the holdout** (``LiftEstimator``): a randomized share of requests
-  (by request-id hash, ``workers.policy.holdout``) gets no optional work, so
-  ``mean(treated) - mean(holdout)`` is the lift of all optional work, with a Welch interval.
+- **Measured lift against the holdout** (``GainEstimator.lift``): a randomized share of
+  requests (by request-id hash, ``workers.policy.holdout``) gets no optional work, so treated
+  minus holdout is the lift of all optional work. It is post-stratified by segment: each
+  segment's treated mean less its own holdout mean, weighted by the segment's share of the
+  treated requests, the variance the sum of the strata's (Welch within each). Segments differ
+  in what a request is worth whatever optional work it gets, and a 1% holdout's segment mix
+  wanders by chance; comparing within segments takes that noise out of the estimate and out
+  of its interval (about a quarter narrower on the shipped scenarios) and keeps it unbiased,
+  the holdout being random within every segment. Segments with fewer than ``min_labels``
+  labels on a side are pooled into one stratum (into the largest, if the pool is short too);
+  with no stratum complete the estimate is the plain difference of means.
   The SBM share of it is the SNIPS gain of each segment times the share of treated requests
   the powerful model served there; RMA's is the rest, its interval the two variances summed
   (conservative), and ``rma_per_extra`` that divided by the mean extra candidates sent.
 
 A segment arm's sums past ``max_effective_n`` rounds are scaled down (a moving window), so
-the gains follow drift; the lift's sums (treated, holdout, the powerful share) are kept whole,
-since the controller's state began, so that both sides of the comparison cover the same
-requests. No clock, no randomness, no I/O: the same joined decisions give the same estimates.
+the gains follow drift; the lift's sums (treated, holdout, their strata, the powerful share)
+are kept whole, since the controller's state began, so that both sides of the comparison
+cover the same requests. No clock, no randomness, no I/O: the same joined decisions give
+the same estimates.
 """
 
 from __future__ import annotations
@@ -119,6 +128,18 @@ def _estimate(mean: float, var: float, z: float) -> Estimate:
     return Estimate(measured=mean, ci_low=mean - z * std, ci_high=mean + z * std, std=std)
 
 
+class Stratum(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True,
+              array_like=True):
+    """One segment's outcomes, treated and holdout, for the post-stratified lift."""
+
+    treated: Moments = Moments()
+    holdout: Moments = Moments()
+
+    def merge(self, other: Stratum) -> Stratum:
+        return Stratum(treated=_merge(self.treated, other.treated),
+                       holdout=_merge(self.holdout, other.holdout))
+
+
 class EstimatesState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """The estimators' sums (part of the controller's snapshot)."""
 
@@ -127,6 +148,10 @@ class EstimatesState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     holdout: Moments = Moments()
     treated_extra: float = 0.0
     """Extra candidates sent with the treated requests counted in ``treated``."""
+    strata: dict[str, Stratum] = {}
+    """The lift's sums per segment, never forgotten (``sbm.max_segments`` of them)."""
+    unstratified: Stratum = Stratum()
+    """Outcomes of segments past ``sbm.max_segments``, one stratum for all of them."""
 
 
 class GainEstimator:
@@ -141,6 +166,8 @@ class GainEstimator:
         self._treated = state.treated
         self._holdout = state.holdout
         self._treated_extra = state.treated_extra
+        self._strata: dict[str, Stratum] = dict(state.strata)
+        self._unstratified = state.unstratified
         self._z = NormalDist().inv_cdf(0.5 + labels.confidence / 2.0)
 
     def observe(self, joined: RoutingOutcome) -> None:
@@ -152,6 +179,7 @@ class GainEstimator:
         # The lift's sums are never forgotten: treated and holdout must cover the same
         # requests (a moving treated mean against a whole-history holdout mean is biased
         # whenever the lift moves), as the SBM share below must.
+        self._stratify(joined.segment, value, joined.holdout)
         if joined.holdout:
             self._holdout = self._holdout.add(value, 1.0)
             return
@@ -172,6 +200,13 @@ class GainEstimator:
             seg = Arms(baseline=seg.baseline.add(value, weight, max_n), powerful=seg.powerful,
                        powerful_total=seg.powerful_total)
         self._segments[joined.segment] = seg
+
+    def _stratify(self, segment: str, value: float, holdout: bool) -> None:
+        stratum = self._strata.get(segment)
+        if stratum is None and len(self._strata) >= self.sbm.max_segments:
+            self._unstratified = _add_to(self._unstratified, value, holdout)
+            return
+        self._strata[segment] = _add_to(stratum or Stratum(), value, holdout)
 
     # -- per-segment gains -----------------------------------------------------------------
 
@@ -249,8 +284,7 @@ class GainEstimator:
                 sbm_var += share * share * est.std ** 2
             out["sbm"] = _estimate(sbm_mean, sbm_var, z)
             if h.n >= k:
-                total_mean = t.mean - h.mean
-                total_var = t.var_of_mean + h.var_of_mean
+                total_mean, total_var = self._all_lift()
                 out["all"] = _estimate(total_mean, total_var, z)
                 rma = _estimate(total_mean - sbm_mean, total_var + sbm_var, z)
                 out["rma"] = rma
@@ -260,6 +294,40 @@ class GainEstimator:
                                                      (rma.std / extra) ** 2, z)
         return out
 
+    def _all_lift(self) -> tuple[float, float]:
+        """Treated minus holdout, post-stratified by segment (see the module docstring):
+        ``(mean, variance)``. The plain difference of means when no stratum has
+        ``min_labels`` on both sides, or when the strata do not hold every outcome the totals
+        do (a snapshot from before they were kept)."""
+        t, h = self._treated, self._holdout
+        plain = (t.mean - h.mean, t.var_of_mean + h.var_of_mean)
+        pool = self._unstratified
+        for s in self._strata.values():
+            pool = pool.merge(s)
+        if abs(pool.treated.n - t.n) > 0.5 or abs(pool.holdout.n - h.n) > 0.5:
+            return plain
+        k = max(self.labels.min_labels, 2)
+        parts, rest = [], self._unstratified
+        for name in sorted(self._strata):
+            s = self._strata[name]
+            if s.treated.n >= k and s.holdout.n >= k:
+                parts.append(s)
+            else:
+                rest = rest.merge(s)
+        if not parts:
+            return plain
+        if rest.treated.n >= k and rest.holdout.n >= k:
+            parts.append(rest)
+        elif rest.treated.n > 0 or rest.holdout.n > 0:
+            largest = max(range(len(parts)), key=lambda i: (parts[i].treated.n, -i))
+            parts[largest] = parts[largest].merge(rest)
+        mean = var = 0.0
+        for s in parts:
+            share = s.treated.n / t.n
+            mean += share * (s.treated.mean - s.holdout.mean)
+            var += share * share * (s.treated.var_of_mean + s.holdout.var_of_mean)
+        return mean, var
+
     def counts(self) -> dict[str, int]:
         return {"treated": round(self._treated.n), "holdout": round(self._holdout.n)}
 
@@ -267,7 +335,9 @@ class GainEstimator:
     def state(self) -> EstimatesState:
         return EstimatesState(segments={k: self._segments[k] for k in sorted(self._segments)},
                               treated=self._treated, holdout=self._holdout,
-                              treated_extra=self._treated_extra)
+                              treated_extra=self._treated_extra,
+                              strata={k: self._strata[k] for k in sorted(self._strata)},
+                              unstratified=self._unstratified)
 
 
 def _grid(value: float, steps_per_octave: int = 8) -> float:
@@ -317,6 +387,12 @@ def learned_curves(est: GainEstimator, *, rma_units_per_accel_s: float,
     rma_width = sum(w for w, _ in prior_rma)
     rma = ((rma_width, _grid(per_extra.measured * rma_units_per_accel_s)),)
     return rma, sbm
+
+
+def _add_to(stratum: Stratum, value: float, holdout: bool) -> Stratum:
+    if holdout:
+        return Stratum(treated=stratum.treated, holdout=stratum.holdout.add(value))
+    return Stratum(treated=stratum.treated.add(value), holdout=stratum.holdout)
 
 
 def _merge(a: Moments, b: Moments) -> Moments:
