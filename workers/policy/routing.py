@@ -39,6 +39,13 @@ class RouterConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
 
     #: Share of powerful-routed traffic sent to segments the fill did not choose.
     explore_rate: Annotated[float, Meta(ge=0.0, le=0.5)] = 0.05
+    #: Share of every segment's requests kept on the baseline model whatever the coverage.
+    #: The off-policy gain weighs a request by the inverse of its logged propensity: a
+    #: segment routed to the powerful model with probability 0.9999 logs the odd baseline
+    #: request at weight 10,000, one label then outweighs tens of thousands (Kish's effective
+    #: size of 1, seen in `azure_steady`), and its gain is noise. The floor bounds that
+    #: weight at 1/floor; it costs the floor's share of the gain where coverage is full.
+    baseline_floor: Annotated[float, Meta(ge=0.0, le=0.5)] = 0.02
     #: Replan (fresh Thompson draws, fresh traffic shares) after this many requests.
     recompute_every: Annotated[int, Meta(ge=16, le=1_000_000)] = 2048
     #: Traffic counts and local outcome statistics lose half their weight after this many
@@ -277,25 +284,28 @@ class SbmRouter:
         """Water-fill `coverage` (less exploration) by sampled gain, then spread exploration."""
         coverage = min(max(coverage, 0.0), 1.0)
         budget = coverage * (1.0 - self.config.explore_rate)
+        cap = 1.0 - self.config.baseline_floor
         exploit: dict[str, float] = {}
         for seg in sorted(shares, key=lambda s: (-gains[s], s)):
             share = shares[seg]
-            p = 0.0 if share <= 0.0 else min(1.0, budget / share)
+            p = 0.0 if share <= 0.0 else min(cap, budget / share)
             exploit[seg] = p
             budget = max(budget - p * share, 0.0)
         used = sum(exploit[s] * shares[s] for s in shares)
-        unchosen = sum((1.0 - exploit[s]) * shares[s] for s in shares)
+        unchosen = sum((cap - exploit[s]) * shares[s] for s in shares)
         x = 0.0 if unchosen <= 1e-12 else min(1.0, max(coverage - used, 0.0) / unchosen)
-        return {s: (e, e + (1.0 - e) * x) for s, e in exploit.items()}
+        return {s: (e, e + (cap - e) * x) for s, e in exploit.items()}
 
     def _default_thresholds(self, shares: dict[str, float],
                             reduced: dict[str, tuple[float, float]], coverage: float,
                             full_coverage: float) -> Thresholds:
         """Thresholds for a segment first seen since the plan: explore it, like unchosen ones."""
+        cap = 1.0 - self.config.baseline_floor
         if not shares:
             # No traffic seen yet: coverage spread evenly, its exploration slice flagged.
+            coverage, full_coverage = min(coverage, cap), min(full_coverage, cap)
             exploit = coverage * (1.0 - self.config.explore_rate)
             return exploit, coverage, full_coverage
-        x = max((p - e) / (1.0 - e) for e, p in reduced.values() if e < 1.0) \
-            if any(e < 1.0 for e, _ in reduced.values()) else 0.0
-        return 0.0, x, x
+        x = max((p - e) / (cap - e) for e, p in reduced.values() if e < cap) \
+            if any(e < cap for e, _ in reduced.values()) else 0.0
+        return 0.0, cap * x, cap * x

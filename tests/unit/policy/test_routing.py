@@ -46,7 +46,20 @@ def test_powerful_share_meets_coverage_on_average(coverage: float) -> None:
     router = SbmRouter(RouterConfig(), seed=1)
     counts = _run(router, _eff(coverage, GAINS), SHARES, 100_000)
     share = _total(counts, "powerful", "explored") / 100_000
-    assert share == pytest.approx(coverage, abs=0.01)
+    # full coverage leaves every segment its baseline floor (2%)
+    assert share == pytest.approx(min(coverage, 0.98), abs=0.01)
+
+
+def test_every_segment_keeps_its_baseline_floor_so_no_logged_weight_exceeds_its_inverse() -> None:
+    router = SbmRouter(RouterConfig(baseline_floor=0.05), seed=3)
+    eff = _eff(1.0, GAINS)
+    counts = _run(router, eff, SHARES, 40_000)
+    for seg, share in SHARES.items():
+        on_baseline = counts[(seg, "baseline")] / (40_000 * share)
+        assert on_baseline == pytest.approx(0.05, abs=0.01), seg
+    for seg in [*SHARES, "never-seen"]:
+        router.route(seg, eff)
+        assert 1.0 - router.last_p >= 0.05 - 1e-12, seg
 
 
 def test_zero_coverage_or_baseline_only_always_routes_baseline() -> None:
