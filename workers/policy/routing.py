@@ -12,7 +12,10 @@ router builds a *plan*, one pair of thresholds per segment:
 3. water-filling: the coverage budget, less an exploration slice, is poured over the segments
    from the highest sampled gain down, each taking at most all of its traffic;
 4. exploration: `explore_rate` of the powerful-routed traffic goes to the traffic the fill did
-   not choose, spread evenly over it, flagged `explored` so the control plane can learn from it.
+   not choose, spread evenly over it, flagged `explored` so the control plane can learn from it;
+5. a floor: every segment keeps `baseline_floor` of its requests on the baseline model, so the
+   off-policy estimate sees both arms of every segment at random, none at a vanishing
+   propensity (whose inverse would weigh one label above all the others).
 
 Per request the router does one dict lookup and compares one pre-drawn uniform number with the
 segment's thresholds, which keeps the whole client decision within its 10 µs budget.
