@@ -33,6 +33,10 @@ def demo(
         min=0, max=19, help="Niceness added to the control plane, the recorder and "
                             "Prometheus, which share the cores with the serving path "
                             "(0: none).")] = 10,
+    opportunistic_nice: Annotated[int, typer.Option(
+        min=0, max=19, help="Niceness added to the opportunistic replicas, so that on "
+                            "shared cores their optional work yields the CPU to the "
+                            "provisioned replicas' baseline work (0: none).")] = 5,
     report_only: Annotated[bool, typer.Option(
         "--report", help="Only rebuild summary.json, plots and report.html from --out.")]
     = False,
@@ -58,7 +62,8 @@ def demo(
         fail(f"--rate must be > 0, got {rate:g}")
     options = DemoOptions(out=out, duration_s=duration, scenario=scenario, bootstrap=bootstrap,
                           prefix=prefix, prometheus=prometheus, rate=rate,
-                          background_nice=background_nice)
+                          background_nice=background_nice,
+                          opportunistic_nice=opportunistic_nice)
     code = Demo(options, say=lambda line: typer.echo(line)).run()
     if code:
         raise typer.Exit(code)

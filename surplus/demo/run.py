@@ -79,6 +79,11 @@ class DemoOptions:
     progress_every_s: float = 5.0
     background_nice: int = 10
     """Niceness of the ``BACKGROUND`` children (0: as the rest)."""
+    opportunistic_nice: int = 5
+    """Niceness of the opportunistic replicas (0: as the provisioned ones). Harvested
+    capacity is best-effort: on the demo's shared cores a burst of optional work on a lent
+    replica must not take the CPU from the provisioned replica's baseline work. On a fleet the
+    lent replicas run on hardware of their own."""
 
 
 @dataclass
@@ -265,7 +270,8 @@ class Demo:
                 "--region", r.region, "--service", r.service, "--tier", r.tier,
                 "--accelerator", r.accelerator, "--model", r.model,
                 "--port", str(self.ports.workers[r.worker_id]), *self._kafka_args(),
-                "--loglevel", "warning"], self.out / "logs")
+                "--loglevel", "warning"], self.out / "logs",
+                nice=self.opt.opportunistic_nice if r.tier == "opportunistic" else 0)
         now = [r.worker_id for r in self.replicas if r.worker_id not in managed]
         self.offline = set(managed)
         for worker_id in now:
