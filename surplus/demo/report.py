@@ -72,8 +72,10 @@ def measured_lift(out: Path, region: str, log: Path,
             "labels_joined": counts["joined"], "labels_late": counts["late"],
             "labels_orphan": counts["orphan"], "labels_duplicate": counts["duplicate"],
             "decisions_pending": len(controller.join),
-            "lift_method": "mean value of treated minus holdout requests (Welch, 95%); sbm: "
-                           "per-segment SNIPS gain times the powerful share; rma: the rest"}
+            "lift_method": "mean value of treated minus holdout requests, each segment "
+                           "against its own holdout (post-stratified, Welch within each, "
+                           "95%); sbm: per-segment SNIPS gain times the powerful share; rma: "
+                           "the rest"}
 
 
 def _lift_notes(summary: dict[str, Any]) -> list[str]:
