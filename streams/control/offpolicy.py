@@ -301,11 +301,6 @@ class GainEstimator:
         do (a snapshot from before they were kept)."""
         t, h = self._treated, self._holdout
         plain = (t.mean - h.mean, t.var_of_mean + h.var_of_mean)
-        pool = self._unstratified
-        for s in self._strata.values():
-            pool = pool.merge(s)
-        if abs(pool.treated.n - t.n) > 0.5 or abs(pool.holdout.n - h.n) > 0.5:
-            return plain
         k = max(self.labels.min_labels, 2)
         parts, rest = [], self._unstratified
         for name in sorted(self._strata):
@@ -314,7 +309,9 @@ class GainEstimator:
                 parts.append(s)
             else:
                 rest = rest.merge(s)
-        if not parts:
+        held = (rest.treated.n + sum(s.treated.n for s in parts),
+                rest.holdout.n + sum(s.holdout.n for s in parts))
+        if not parts or abs(held[0] - t.n) > 0.5 or abs(held[1] - h.n) > 0.5:
             return plain
         if rest.treated.n >= k and rest.holdout.n >= k:
             parts.append(rest)
