@@ -24,11 +24,15 @@ def surplus_version() -> str:
 
 
 def register_standard_collectors(registry: CollectorRegistry) -> None:
-    """Process figures (CPU, memory, fds, start time) and build info in a process's own registry:
-    prometheus_client adds them only to its global one, which Surplus does not serve."""
+    """Process figures (CPU, memory, fds, start time, collector pauses) and build info in a
+    process's own registry: prometheus_client adds them only to its global one, which Surplus
+    does not serve."""
     from prometheus_client import Info, ProcessCollector
 
+    from schemas.heap import observe_pauses
+
     ProcessCollector(registry=registry)
+    observe_pauses(registry)
     Info("surplus_build", "The Surplus release and Python this process runs",
          registry=registry).info({"version": surplus_version(),
                                   "python": platform.python_version()})

@@ -77,7 +77,7 @@ def worker(
 
     try:
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-        asyncio.run(serve(settings, on_ready=ready))
+        asyncio.run(serve(settings, on_ready=ready, freeze_heap=True))
     except ModelLoadError as exc:
         fail(str(exc))
     except OSError as exc:

@@ -45,6 +45,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
 from schemas.clock import wall_ms
+from schemas.heap import freeze_startup_heap
 from schemas.kafka_config import KafkaSettings
 from sim.engine import add_truth, true_lift
 from sim.scenario import RegionConfig, Scenario, SegmentConfig
@@ -471,6 +472,7 @@ async def run_loadgen(scenario: Scenario, region: RegionConfig, base_dir: Path, 
                  f"{len(baseline_urls)} ranking and {len(powerful_urls)} powerful replicas")
         say(f"loadgen: {len(offsets)} requests over {duration_s:.0f}s "
             f"(mean {len(offsets) / duration_s:.1f}/s) to {where}")
+        freeze_startup_heap()  # or a full collection stalls the client mid-run (schemas.heap)
         return await gen.run(start_ms, stop)
     finally:
         await client.close()

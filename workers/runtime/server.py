@@ -30,6 +30,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from schemas.codec import ContractError
+from schemas.heap import freeze_startup_heap
 from workers.api import RANK_PATH, decode_request, encode
 from workers.runtime.config import WorkerConfig
 from workers.runtime.worker import ModelFailure, NotReady, OptionalShed, RequestError, Worker
@@ -163,10 +164,14 @@ def create_app(worker: Worker) -> web.Application:
 
 
 async def serve(config: WorkerConfig, stop: asyncio.Event | None = None,
-                on_ready: Callable[[Worker, int], None] | None = None) -> None:
+                on_ready: Callable[[Worker, int], None] | None = None,
+                freeze_heap: bool = False) -> None:
     """Run one worker until ``stop`` is set or SIGTERM/SIGINT arrives, then shut down cleanly.
 
-    ``on_ready(worker, port)`` is called once the port is bound and the model serves.
+    ``on_ready(worker, port)`` is called once the port is bound and the model serves. With
+    ``freeze_heap`` (a process that serves this worker alone) the start-up heap is frozen once
+    the model is loaded and before the replica announces itself, so the one long collection
+    that takes falls before any request can reach it (``schemas.heap``).
     """
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -184,6 +189,8 @@ async def serve(config: WorkerConfig, stop: asyncio.Event | None = None,
     kafka = None
     try:
         await worker.start()
+        if freeze_heap:
+            freeze_startup_heap()
         kafka = start_kafka(worker)
         log.info("worker %s serving %s on %s:%d", config.worker_id, worker.model and
                  worker.model.source, config.host, port)
