@@ -7,10 +7,11 @@ waiting for the control loop:
 - cut fast (multiplicative) when servers struggle: queue delay over the bound, a shedding level
   above 0 (a worker's queue grows, or its baseline surges and it holds optional work back), a
   preempted replica, or a failed or timed-out call. A level whose factor is 1 only holds the
-  allowance (it stops growing for a cut window). Holding at level 1 gained 0.7% in the burst
-  simulation, but on a two-core machine it left the demo's provisioned replica no room for
-  a replica process starting or stopping beside it (the 40 s demo had one SLA-violation
-  window in each of three runs with it), so level 1 still cuts by default. Signals arriving
+  allowance (it stops growing for a cut window). Level 1 cuts by default; the demo scenario
+  holds at it (`sim/scenarios/demo.toml` has the figures). Holding was once judged unsafe on
+  the demo's two cores, from 40 s runs with one SLA-violation window each; those windows were
+  the workers' full garbage collections (``schemas.heap``), seen with and without the hold
+  alike. Whether every scenario gains from the hold is not measured yet. Signals arriving
   together (many responses from one overload episode) count as one cut per `cut_window_ms`,
   the deepest of them, like TCP's one cut per round trip, so one bad moment does not zero
   the allowance;
