@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from schemas.heap import freeze_startup_heap
 from schemas.kafka_config import KafkaSettings
 from tests.integration.fleet import NUM_DENSE, NUM_SPARSE, REGION
 from workers.api import Candidate
@@ -145,6 +146,10 @@ class LoadRunner:
     # -- control (test thread) -----------------------------------------------------------------
 
     def start(self, timeout_s: float = 60.0) -> LoadRunner:
+        # This load runs in the test process, whose heap (torch, the test modules) a full
+        # collection walks with the GIL held for a few hundred ms: freeze it first, as the
+        # load generator does (`schemas.heap`), or such a pause reads as a worker's latency.
+        freeze_startup_heap()
         self._thread.start()
         if not self._ready.wait(timeout_s) or self._failed is not None:
             raise AssertionError(f"load runner did not start: {self._failed!r}")
