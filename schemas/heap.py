@@ -29,20 +29,20 @@ PAUSE_BUCKETS_S = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0
 _PAUSES = Histogram("surplus_gc_pause_seconds",
                     "Garbage-collector pauses of this process (the GIL is held throughout)",
                     ["generation"], buckets=PAUSE_BUCKETS_S, registry=None)
-_started: dict[int, float] = {}  # thread id -> perf_counter at the collection's start
+#: perf_counter at the running collection's start: CPython runs one collection at a time in a
+#: process, whichever thread triggers it, so one slot is enough.
+_started: list[float] = []
 _install_lock = threading.Lock()
 _installed = False
 
 
 def _on_gc(phase: str, info: dict[str, Any]) -> None:
     """gc.callbacks hook: runs in whichever thread triggered the collection."""
-    tid = threading.get_ident()
     if phase == "start":
-        _started[tid] = time.perf_counter()
-        return
-    began = _started.pop(tid, None)
-    if began is not None:
-        _PAUSES.labels(str(info.get("generation", "?"))).observe(time.perf_counter() - began)
+        _started[:] = [time.perf_counter()]
+    elif _started:
+        _PAUSES.labels(str(info.get("generation", "?"))).observe(
+            time.perf_counter() - _started.pop())
 
 
 class _PauseCollector(Collector):
