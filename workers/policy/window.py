@@ -10,7 +10,10 @@ plane learns the cost of one unit from them (``streams.control.cost``).
 
 `capacity_rps` is the worker's own estimate of how many requests per second it could serve if
 it were busy all the time: rows scored per busy second (measured, so it reflects the real
-model and batch sizes) divided by the rows an average request brought in the window.
+model and batch sizes) divided by the rows an average request it served cost in the window. A
+request it refused (a powerful replica's 503) cost nothing and does not count: an overloaded
+replica that counted them would look smaller the more it refused, and SBM's coverage would
+fall by more than the work refused.
 """
 
 from __future__ import annotations
@@ -87,8 +90,9 @@ class ReportWindow:
         self._baseline_requests += int(baseline)
         self._optional_done += optional_units_done
         self._optional_requests += optional_units_done > 0
-        self._rows += rows
-        self._served += 1
+        if baseline or optional_units_done > 0:  # work done: a refusal costs no rows
+            self._rows += rows
+            self._served += 1
 
     def record_rejected(self, baseline: bool) -> None:
         """A request the worker could not serve (model failure, shutting down): never for

@@ -55,3 +55,19 @@ def test_an_idle_window_estimates_capacity_from_the_last_service_time() -> None:
     report = window.close(2_000, totals(rows=8, busy_s=0.004, ms_per_unit=0.5))
     assert report.utilisation == 0.0
     assert report.capacity_rps == pytest.approx(2000.0 / 8)  # 2000 rows/s, 8 rows a request
+
+
+def test_refused_requests_do_not_shrink_the_capacity_estimate() -> None:
+    """A powerful replica that refuses a request (503) spends nothing on it: counting its
+    rows into the request size would make an overloaded replica look smaller each window,
+    and cut SBM's coverage by more than the work it refused."""
+    window = TelemetryWindow(IDENT, start_ms=0)
+    window.close(0, totals())
+    for _ in range(4):
+        window.record(20.0, baseline=False, rows=50, optional_units_done=50)  # served, trimmed
+    for _ in range(4):
+        window.record(0.0, baseline=False, rows=272, optional_units_done=0)   # refused
+    report = window.close(1_000, totals(rows=200, busy_s=0.1))
+    assert report.requests == 8
+    # 200 rows in 0.1 busy seconds = 2000 rows/s; the served requests cost 50 rows each.
+    assert report.capacity_rps == pytest.approx(40.0)
