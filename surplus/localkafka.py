@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -32,6 +33,10 @@ INFRA_DIR = REPO_ROOT / "infra" / "kafka"
 DEFAULT_LIBS = REPO_ROOT / ".kafka" / "libs"
 DEFAULT_DATA = REPO_ROOT / ".kafka" / "data"
 DEFAULT_PORT = 9092
+GC_LOG = "gc.log"
+"""The broker JVM's collector log in its data directory (``-Xlog:gc``, wall-clock stamps)."""
+_GC_PAUSE = re.compile(r"^\[(?P<at>\d+)ms\] GC\(\d+\) Pause .* (?P<ms>\d+(?:\.\d+)?)ms$",
+                       re.MULTILINE)
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
 #: Several JVMs start at once on a small machine: each gets a smaller heap and more time.
@@ -387,11 +392,23 @@ def _start_jvm(java: str, config: Path, data_dir: Path, port: int,
     log = (data_dir / "broker.log").open("ab")
     proc = subprocess.Popen(
         [java, f"-Xms{heap_mb // 2}m", f"-Xmx{heap_mb}m", "-XX:+UseSerialGC",
+         f"-Xlog:gc:file={data_dir / GC_LOG}:timemillis",
          "-Djava.awt.headless=true", *_log_flags(), "-cp", _classpath(), "kafka.Kafka",
          str(config)],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     (data_dir / "broker.pid").write_text(f"{proc.pid} {port}\n")
     return proc
+
+
+def gc_pauses(text: str) -> list[tuple[int, float]]:
+    """The stop-the-world pauses in a broker's ``GC_LOG``: (wall-clock ms, pause ms) each.
+
+    A pause stops every produce and fetch on the broker, a preemption notice's included: with
+    the log, a run can tell a notice delayed by the broker from one delayed elsewhere."""
+    pauses = []
+    for match in _GC_PAUSE.finditer(text):
+        pauses.append((int(match["at"]), float(match["ms"])))
+    return pauses
 
 
 def _last_log_line(data_dir: Path) -> str:

@@ -16,10 +16,13 @@ from typing import Any
 import numpy as np
 
 from streams.replay_report import html_page
+from surplus import localkafka
 from surplus.demo import analysis
 from surplus.demo.analysis import Recorded, Requests, RunInfo, Series
 
 EVENT_LOG = "events.jsonl.zst"
+BROKER_GC_LOG = "logs/kafka-gc.log"
+"""The embedded broker's collector log, kept from its data directory when the run ends."""
 ATTRIBUTION = "Arrivals: Azure LLM inference trace 2023, Microsoft Azure Public Dataset, CC BY 4.0."
 
 
@@ -33,6 +36,9 @@ def build(out: Path) -> dict[str, Any]:
     loadgen = _json(out / "loadgen" / "loadgen.json")
     metrics = _json(out / "worker_metrics.json") or {}
     summary = summarize(info, recorded, requests, loadgen, metrics)
+    gc_log = out / BROKER_GC_LOG
+    if gc_log.is_file():
+        summary.update(broker_pauses(info, localkafka.gc_pauses(gc_log.read_text())))
     summary.update(measured_lift(out, info.region, log, loadgen))
     summary["event_log"] = EVENT_LOG if log.is_file() else None
     summary["replay"] = (f"surplus replay {out / EVENT_LOG} --offline --config "
@@ -94,6 +100,16 @@ def _lift_notes(summary: dict[str, Any]) -> list[str]:
     return [f"Measured lift per treated request against the holdout (95%): {'; '.join(parts)}. "
             f"Labels joined {summary.get('labels_joined')}, late {summary.get('labels_late')}, "
             f"orphan {summary.get('labels_orphan')}."]
+
+
+def broker_pauses(info: RunInfo, pauses: list[tuple[int, float]]) -> dict[str, Any]:
+    """The embedded broker's stop-the-world collections while the load ran: every produce and
+    fetch waits them out, preemption notices included (``notice_delivery_p99_ms``)."""
+    during = [ms for at, ms in pauses if info.start_ms <= at <= info.end_ms]
+    span_ms = max(info.end_ms - info.start_ms, 1)
+    return {"broker_gc_pauses": len(during),
+            "broker_gc_pause_max_ms": _round(max(during)) if during else None,
+            "broker_gc_paused_share": _round(sum(during) / span_ms, 5)}
 
 
 def _json(path: Path) -> Any:
@@ -437,7 +453,8 @@ HEADLINE = ("baseline_requests_total", "baseline_requests_failed",
             "baseline_sla_violation_windows", "baseline_windows_judged", "sla_p99_ms",
             "baseline_p99_ms_worst_window", "baseline_p99_ms_median_window",
             "optional_units_done", "optional_units_shed", "incremental_value",
-            "notice_to_shed_p99_ms", "notice_to_shed_mean_ms", "opportunistic_busy_share_lent",
+            "notice_to_shed_p99_ms", "notice_to_shed_mean_ms", "notice_delivery_p99_ms",
+            "broker_gc_pause_max_ms", "opportunistic_busy_share_lent",
             "limited_by", "coverage_mean",
             "extra_candidates_mean",
             "extra_candidates_sent_mean", "requests_served_by_powerful_model",

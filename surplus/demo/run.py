@@ -484,6 +484,9 @@ class Demo:
         if self.broker_dir is not None:
             localkafka.down(self.broker_dir)
             self.say("kafka: embedded broker stopped")
+            with contextlib.suppress(OSError):  # its pauses, for the report (see BROKER_GC_LOG)
+                shutil.copyfile(self.broker_dir / localkafka.GC_LOG,
+                                self.out / report.BROKER_GC_LOG)
         left = [name for name, child in self.children.items() if child.alive()]
         if left:
             self.say(f"warning: still running after shutdown: {', '.join(left)}")

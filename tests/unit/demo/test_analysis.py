@@ -17,7 +17,9 @@ from schemas.contract import (
     WindowReport,
 )
 from schemas.sketch import new_sketch, to_wire
+from surplus import localkafka
 from surplus.demo import analysis
+from surplus.demo import report as demo_report
 from surplus.demo.analysis import RunInfo, Telemetry
 
 T0 = 1_700_000_000_000
@@ -159,3 +161,17 @@ def msgspec_replace(report: WindowReport, **changes: object) -> WindowReport:
     import msgspec
 
     return msgspec.structs.replace(report, **changes)
+
+
+def test_broker_pauses_are_read_from_its_collector_log_within_the_load() -> None:
+    log = "\n".join([
+        "[1700000000004ms] Using Serial",
+        f"[{T0 - 500}ms] GC(0) Pause Full (Metadata GC Threshold) 66M->8M(247M) 39.626ms",
+        f"[{T0 + 2_000}ms] GC(1) Pause Young (Allocation Failure) 76M->20M(247M) 12.5ms",
+        f"[{T0 + 7_000}ms] GC(2) Pause Young (Allocation Failure) 89M->39M(247M) 30ms",
+        f"[{T0 + 11_000}ms] GC(3) Pause Young (Allocation Failure) 89M->39M(247M) 50.0ms"])
+    pauses = localkafka.gc_pauses(log)
+    assert pauses[1] == (T0 + 2_000, 12.5) and len(pauses) == 4
+    summary = demo_report.broker_pauses(info(), pauses)   # the load ran T0 .. T0 + 10 s
+    assert summary == {"broker_gc_pauses": 2, "broker_gc_pause_max_ms": 30.0,
+                       "broker_gc_paused_share": 0.00425}
