@@ -226,8 +226,9 @@ class ScopeController:
 
     # -- the fast path -------------------------------------------------------------------
 
-    def on_preemption(self, notice: PreemptionNotice, now_ms: int) -> ControlTargets:
-        """Drop the reclaimed capacity and emit targets clamped to what remains, now."""
+    def on_preemption(self, notice: PreemptionNotice, now_ms: int) -> ControlTargets | None:
+        """Drop the reclaimed capacity and emit targets clamped to what remains, now (None
+        when the last targets, emitted for an earlier notice, already say exactly that)."""
         if notice.region != self.scope:
             raise ScopeMismatch(f"PreemptionNotice of region {notice.region!r} sent to scope "
                                 f"{self.scope!r}")
@@ -258,8 +259,13 @@ class ScopeController:
             coverage = min(coverage, last.sbm.coverage)
             segments = last.sbm.segments
         rma = msgspec.structs.replace(rma, limited_by="preemption")
-        return self._emit(now_ms, rma, sbm_target(coverage, segments, "preemption"),
-                          "preemption")
+        sbm = sbm_target(coverage, segments, "preemption")
+        if last is not None and last.reason == "preemption" and (last.rma, last.sbm) == (rma, sbm):
+            # A repeat (a scheduler re-announcing its reclaim until the deadline) changes
+            # nothing the last targets did not already say: re-sending them would only load the
+            # broker and every worker at the moment the notices themselves must be fast.
+            return None
+        return self._emit(now_ms, rma, sbm, "preemption")
 
     # -- the control period ----------------------------------------------------------------
 

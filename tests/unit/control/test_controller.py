@@ -121,6 +121,20 @@ def test_partial_preemption_lowers_but_never_raises() -> None:
     assert fast.sbm.segments == before.sbm.segments
 
 
+def test_a_repeated_notice_sends_nothing_new_but_a_further_reclaim_does() -> None:
+    c = granted()
+    t, before = run(c, 0, 4)
+    first = c.on_preemption(notice(POWERFUL_POOL, ts_ms=t + 5), t + 5)
+    assert first is not None and first.sbm.coverage == 0.0 < before.sbm.coverage
+    # The scheduler re-announces the same reclaim until its deadline: the targets out already
+    # say all of it
+    assert c.on_preemption(notice(POWERFUL_POOL, ts_ms=t + 25), t + 25) is None
+    assert c.epoch == first.epoch
+    second = c.on_preemption(notice(RANK_POOL, ts_ms=t + 45), t + 45)   # the rest goes too
+    assert second is not None and second.epoch == first.epoch + 1
+    assert second.rma.extra_candidates == 0 < first.rma.extra_candidates
+
+
 def _reclaimed_and_returned(**between: float) -> tuple[ControlTargets, ControlTargets]:
     """Targets before a whole-pool reclaim, and the first period's after the capacity came back
     (``between``: the reports of one period spent without it)."""
