@@ -11,7 +11,8 @@ Two speeds (DESIGN invariant 3):
   capacity between the levers, step the RMA PID and the SBM coverage, emit targets.
 - ``on_preemption`` (fast path): drop the reclaimed capacity, re-allocate, and emit targets
   clamped to what remains *now*. It only ever lowers optional work, and it lowers the PID's
-  held output and integral with it, so nothing springs back when the next tick runs.
+  held output and integral with it, so nothing springs back when the next tick runs. A notice
+  that leaves the targets as the last notice's were (a reclaim re-announced) emits nothing.
 
 Restart (DESIGN invariant 5): ``snapshot()`` is a JSON-encodable ``ControllerState`` with the
 PID state, inventory, segment estimates, SBM coverage, epoch, the last targets and the rates
