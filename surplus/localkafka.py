@@ -33,6 +33,10 @@ INFRA_DIR = REPO_ROOT / "infra" / "kafka"
 DEFAULT_LIBS = REPO_ROOT / ".kafka" / "libs"
 DEFAULT_DATA = REPO_ROOT / ".kafka" / "data"
 DEFAULT_PORT = 9092
+BROKER_GC = ("-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20")
+"""The collector Kafka's own start script uses. Every produce and fetch, preemption notices'
+included, waits out a stop-the-world pause: in six 40 s demos each here, the longest pause
+was 18-28 ms with these and 35-102 ms with the serial collector used before."""
 GC_LOG = "gc.log"
 """The broker JVM's collector log in its data directory (``-Xlog:gc``, wall-clock stamps)."""
 _GC_PAUSE = re.compile(r"^\[(?P<at>\d+)ms\] GC\(\d+\) Pause .* (?P<ms>\d+(?:\.\d+)?)ms$",
@@ -391,7 +395,7 @@ def _start_jvm(java: str, config: Path, data_dir: Path, port: int,
     """One broker JVM in a session of its own, its pid and port recorded in ``data_dir``."""
     log = (data_dir / "broker.log").open("ab")
     proc = subprocess.Popen(
-        [java, f"-Xms{heap_mb // 2}m", f"-Xmx{heap_mb}m", "-XX:+UseSerialGC",
+        [java, f"-Xms{heap_mb // 2}m", f"-Xmx{heap_mb}m", *BROKER_GC,
          f"-Xlog:gc:file={data_dir / GC_LOG}:timemillis",
          "-Djava.awt.headless=true", *_log_flags(), "-cp", _classpath(), "kafka.Kafka",
          str(config)],
