@@ -4,7 +4,7 @@ import msgspec
 import pytest
 
 from schemas.codec import decode, encode
-from schemas.contract import ControlTargets
+from schemas.contract import ControlTargets, PreemptionNotice
 from streams.control.config import ControlConfig, with_overrides
 from streams.control.controller import (
     ControllerState,
@@ -63,6 +63,13 @@ def run(c: ScopeController, t: int, periods: int, **kw: float) -> tuple[int, Con
     return t, targets
 
 
+def fast_path(c: ScopeController, n: PreemptionNotice, now_ms: int) -> ControlTargets:
+    """The targets a notice that changes them publishes at once."""
+    targets = c.on_preemption(n, now_ms)
+    assert targets is not None
+    return targets
+
+
 def test_low_latency_and_spare_capacity_turn_on_both_levers() -> None:
     c = granted()
     _, targets = run(c, 0, 4)
@@ -82,7 +89,7 @@ def test_epoch_strictly_increases_across_ticks_and_fast_path() -> None:
         t = feed_period(c, t)
         epochs.append(c.tick(t).epoch)
         if i % 2:
-            epochs.append(c.on_preemption(notice(POWERFUL_POOL, ts_ms=t), t).epoch)
+            epochs.append(fast_path(c, notice(POWERFUL_POOL, ts_ms=t), t).epoch)
     assert epochs == sorted(set(epochs)) and epochs[0] == 1
     assert c.epoch == epochs[-1]
 
@@ -105,7 +112,7 @@ def test_whole_pool_preemption_zeroes_optional_work_at_once() -> None:
     c = granted(pools=(RANK_POOL,))       # one pool carries all spare capacity
     t, before = run(c, 0, 4)
     assert before.rma.extra_candidates > 0 and before.sbm.coverage > 0
-    fast = c.on_preemption(notice(RANK_POOL, ts_ms=t + 5), t + 5)
+    fast = fast_path(c, notice(RANK_POOL, ts_ms=t + 5), t + 5)
     assert fast.reason == "preemption"
     assert fast.rma.extra_candidates == 0 and fast.rma.budget_units_per_s == 0.0
     assert fast.sbm.coverage == 0.0
@@ -115,7 +122,7 @@ def test_whole_pool_preemption_zeroes_optional_work_at_once() -> None:
 def test_partial_preemption_lowers_but_never_raises() -> None:
     c = granted()
     t, before = run(c, 0, 4)
-    fast = c.on_preemption(notice(POWERFUL_POOL, ts_ms=t + 5), t + 5)
+    fast = fast_path(c, notice(POWERFUL_POOL, ts_ms=t + 5), t + 5)
     assert fast.sbm.coverage == 0.0                    # the only powerful pool is gone
     assert fast.rma.extra_candidates <= before.rma.extra_candidates
     assert fast.sbm.segments == before.sbm.segments
@@ -226,7 +233,7 @@ def test_same_inputs_give_byte_identical_targets() -> None:
             t = feed_period(c, t, rank_p99=30.0 + 10 * (i % 4))
             out.append(encode(c.tick(t)))
             if i == 5:
-                out.append(encode(c.on_preemption(notice(POWERFUL_POOL, ts_ms=t), t)))
+                out.append(encode(fast_path(c, notice(POWERFUL_POOL, ts_ms=t), t)))
         out.append(encode_state(c.snapshot()))
         return out
 
@@ -260,7 +267,7 @@ def test_segments_reach_the_targets() -> None:
 
 def test_preemption_before_any_tick_issues_nothing_optional() -> None:
     c = granted()
-    fast = c.on_preemption(notice(POWERFUL_POOL, ts_ms=5), 5)
+    fast = fast_path(c, notice(POWERFUL_POOL, ts_ms=5), 5)
     assert fast.epoch == 1 and fast.reason == "preemption"
     assert fast.rma.extra_candidates == 0 and fast.sbm.coverage == 0.0
 

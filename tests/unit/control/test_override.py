@@ -20,7 +20,7 @@ from streams.control import override as operator
 from streams.control.controller import ScopeController, ScopeMismatch, decode_state, encode_state
 from streams.control.dispatch import RULES, dispatch
 from tests.unit.control.factories import POWERFUL_POOL, RANK_POOL, notice
-from tests.unit.control.test_controller import CONFIG, PERIOD_MS, granted, run
+from tests.unit.control.test_controller import CONFIG, PERIOD_MS, fast_path, granted, run
 
 HOUR_MS = 3_600_000
 RMA = RmaTarget(extra_candidates=40, budget_units_per_s=900.0, limited_by="sla")
@@ -206,7 +206,7 @@ def test_freeze_holds_the_targets_while_the_loop_would_move_and_a_preemption_sti
     t, frozen = run(c, t, 3)  # the loop alone would keep climbing here
     assert (frozen.reason, frozen.rma.extra_candidates, frozen.sbm.coverage) == (
         "operator", held.rma.extra_candidates, held.sbm.coverage)
-    cut = c.on_preemption(notice(POWERFUL_POOL, ts_ms=t), t)
+    cut = fast_path(c, notice(POWERFUL_POOL, ts_ms=t), t)
     assert cut.sbm.coverage == 0.0
     _, after = run(c, t, 1)
     assert after.reason == "operator" and after.sbm.coverage == 0.0  # holds the cut
@@ -217,5 +217,5 @@ def test_a_preemption_under_a_cap_never_raises_past_it() -> None:
     t, _ = run(c, 0, 6)
     c.on_override(ov(issued_at_ms=t, max_extra=2), t)
     t, capped = run(c, t, 1)
-    fast = c.on_preemption(notice(RANK_POOL, ts_ms=t, replicas=("w1",)), t)
+    fast = fast_path(c, notice(RANK_POOL, ts_ms=t, replicas=("w1",)), t)
     assert fast.rma.extra_candidates <= capped.rma.extra_candidates <= 2
