@@ -409,10 +409,7 @@ def gc_pauses(text: str) -> list[tuple[int, float]]:
 
     A pause stops every produce and fetch on the broker, a preemption notice's included: with
     the log, a run can tell a notice delayed by the broker from one delayed elsewhere."""
-    pauses = []
-    for match in _GC_PAUSE.finditer(text):
-        pauses.append((int(match["at"]), float(match["ms"])))
-    return pauses
+    return [(int(m["at"]), float(m["ms"])) for m in _GC_PAUSE.finditer(text)]
 
 
 def _last_log_line(data_dir: Path) -> str:
