@@ -138,8 +138,8 @@ class PreemptionNotice(Event, frozen=True, kw_only=True):
 
 
 #: What keeps a lever from doing more optional work (v2): the latency SLA, the extra-work
-#: budget, the lent capacity, a configured maximum, too little traffic, a preemption, too few
-#: samples to act on (hold), or an operator's cap.
+#: budget, the lent capacity, a configured maximum, too little traffic worth it, a
+#: preemption, too few samples to act on (hold), or an operator's cap.
 LimitReason = Literal["sla", "budget", "capacity", "max", "demand", "preemption", "hold",
                       "operator"]
 LIMIT_REASONS: tuple[LimitReason, ...] = get_args(LimitReason)

@@ -16,10 +16,12 @@ more on accelerators the powerful model can run on, so it uses the others first.
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 from msgspec import Struct
 from scipy.optimize import linprog
 
+from schemas.contract import LimitReason
 from streams.control.config import AllocatorConfig, Segment
 from streams.control.inventory import CapacityVector
 
@@ -27,12 +29,14 @@ _DIGITS = 9
 
 
 class Allocation(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Capacity per lever. ``expected_value`` is the curves' value at this split."""
+    """Capacity per lever. ``expected_value`` is the curves' value at this split;
+    ``sbm_limit`` what kept SBM's share from being larger (see ``sbm_limit``)."""
 
     rma_cpu: float = 0.0
     rma_accel: dict[str, float] = {}
     sbm_accel: dict[str, float] = {}
     expected_value: float = 0.0
+    sbm_limit: LimitReason = "capacity"
 
     @property
     def rma_accel_units(self) -> float:
@@ -104,7 +108,27 @@ def allocate(capacity: CapacityVector, config: AllocatorConfig, *,
                      method="highs")
     if result.status != 0:  # never expected (zero is feasible); fail safe: no optional work
         return Allocation()
-    return _allocation(result.x, types, capacity, config)
+    allocation = _allocation(result.x, types, capacity, config)
+    limit = sbm_limit(allocation.sbm_accel_units, capacity, config, sbm_max_units)
+    return msgspec.structs.replace(allocation, sbm_limit=limit)
+
+
+def sbm_limit(sbm_units: float, capacity: CapacityVector, config: AllocatorConfig,
+              sbm_max_units: float | None) -> LimitReason:
+    """Why SBM was given no more units: every accelerator it can run on is already its own
+    (``capacity``); nothing more is worth covering, the traffic being all served or the
+    remaining segments showing no gain on the value curve (``demand``); or the split gave the
+    rest to RMA, whose curve pays more for it (``budget``). Telling these apart is what makes
+    a coverage held by the value curve read as such rather than as a full pool."""
+    tol = 1e-6
+    powerful = set(config.powerful_model_accelerators)
+    usable = sum(v for k, v in sorted(capacity.accel.items()) if k in powerful and v > 0)
+    if sbm_units >= usable - tol:
+        return "capacity"
+    worth = sum(w for w, v in config.sbm_value_segments if v > 0)
+    if sbm_units >= min(worth, _cap(sbm_max_units)) - tol:
+        return "demand"
+    return "budget"
 
 
 def _allocation(x: np.ndarray, types: list[str], capacity: CapacityVector,

@@ -311,7 +311,8 @@ class ScopeController:
         starved = (any(w.enough_samples for w in stats if w.model == "baseline")
                    and self._sbm.coverage * self._observed.total_rps * dt_s < cfg.min_samples)
         self._sbm.step(stats, allocation.sbm_accel_units, self._observed.total_rps, sbm_rate,
-                       ceiling=None if ceiling is None else ceiling[1], starved=starved)
+                       ceiling=None if ceiling is None else ceiling[1], starved=starved,
+                       allocation_limit=allocation.sbm_limit)
         sbm = sbm_target(self._sbm.coverage, self._estimates.priorities(),
                          self._sbm.limited_by)
         reason: Reason = "period" if ceiling is None or resumed else "restart"

@@ -43,12 +43,10 @@ class SbmState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     """The coverage a capacity cut took away, to return to once capacity allows (0: none)."""
 
 
-def serviceable_rps(stats: list[WindowStats], sbm_accel_units: float,
-                    rps_per_accel_unit: float) -> float:
-    """Powerful-model throughput we may plan on: measured, limited by the allocation."""
-    measured = sum(w.capacity_rps for w in sorted(stats, key=lambda w: w.pool_id)
-                   if w.model == "powerful" and w.tier == "opportunistic")
-    return planned_rps(measured, sbm_accel_units, rps_per_accel_unit)
+def measured_rps(stats: list[WindowStats]) -> float:
+    """What the opportunistic powerful-model replicas measured they can serve."""
+    return sum(w.capacity_rps for w in sorted(stats, key=lambda w: w.pool_id)
+               if w.model == "powerful" and w.tier == "opportunistic")
 
 
 def planned_rps(measured_rps: float, sbm_accel_units: float,
@@ -79,11 +77,15 @@ class SbmPolicy:
 
     def step(self, stats: list[WindowStats], sbm_accel_units: float, request_rps: float,
              rps_per_accel_unit: float, *, ceiling: float | None = None,
-             starved: bool = False) -> float:
+             starved: bool = False, allocation_limit: LimitReason = "capacity") -> float:
         """New coverage. ``stats`` may hold every window; only powerful pools are read.
-        ``starved``: at this coverage and traffic a period cannot gather enough samples."""
+        ``starved``: at this coverage and traffic a period cannot gather enough samples.
+        ``allocation_limit``: why the allocator gave SBM no more units (``Allocation.sbm_limit``),
+        the reason reported when those units, not the replicas' measured capacity, bind."""
         cfg = self.config
-        serviceable = serviceable_rps(stats, sbm_accel_units, rps_per_accel_unit)
+        measured = measured_rps(stats)
+        serviceable = planned_rps(measured, sbm_accel_units, rps_per_accel_unit)
+        bound = allocation_limit if serviceable < measured else "capacity"
         cap = self.cap(serviceable, request_rps)
         powerful = [w for w in stats if w.model == "powerful"]
         judged = [w.p99_ms for w in powerful if w.enough_samples]
@@ -113,13 +115,13 @@ class SbmPolicy:
         if self._held <= self.coverage:
             self._held = 0.0
         if serviceable <= 0:
-            why = "capacity"
+            why = bound
         elif request_rps <= 0:
             why = "demand"
         elif self.coverage >= cfg.max_coverage:
             why = "max"
         elif wanted > cap and ceiling is None:
-            why = "capacity"
+            why = bound
         self.limited_by = why
         return self.coverage
 

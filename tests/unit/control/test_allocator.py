@@ -91,3 +91,17 @@ def test_curve_value_is_piecewise_linear() -> None:
     assert curve_value(segments, 1.0) == 3.0
     assert curve_value(segments, 5.0) == 6.0 + 3.0
     assert curve_value(segments, 100.0) == 10.0
+
+
+def test_sbm_limit_names_what_held_its_share_the_pool_the_split_or_the_curve() -> None:
+    pool_full = allocate(CapacityVector(cpu_units=0.0, accel={"a100": 6.0}), FLAT_RMA_RICH)
+    assert pool_full.sbm_limit == "capacity"
+    split = allocate(CapacityVector(cpu_units=40.0, accel={"a100": 6.0}), FLAT_RMA_RICH)
+    assert split.sbm_accel == {} and split.sbm_limit == "budget"
+    config = AllocatorConfig(powerful_model_accelerators=("a100",),
+                             rma_value_segments=((1.0, 1.0),), sbm_value_segments=((2.0, 1.0),))
+    curve_done = allocate(CapacityVector(cpu_units=100.0, accel={"a100": 50.0}), config)
+    assert curve_done.sbm_accel == {"a100": 2.0} and curve_done.sbm_limit == "demand"
+    served = allocate(CapacityVector(cpu_units=100.0, accel={"a100": 10.0}), FLAT_SBM_RICH,
+                      sbm_max_units=2.5)
+    assert served.sbm_limit == "demand"

@@ -79,6 +79,21 @@ def test_slow_start_off_climbs_one_step_at_a_time() -> None:
     assert steps == pytest.approx([0.02, 0.04, 0.06])
 
 
+def test_a_cap_from_the_allocation_reports_why_the_allocator_gave_no_more() -> None:
+    slow = msgspec.structs.replace(CONFIG, max_increase_per_period=0.02)
+    # measured 400 rps but 2 units pay for 50: the allocation binds, with the allocator's reason
+    by_split = SbmPolicy(slow, SbmState(coverage=0.05))
+    by_split.step([powerful(400.0, p99_ms=60.0)], 2.0, 1000.0, 25.0, allocation_limit="demand")
+    assert by_split.coverage == pytest.approx(0.04) and by_split.limited_by == "demand"
+    no_units = SbmPolicy(slow, SbmState(coverage=0.05))
+    assert no_units.step([powerful(400.0)], 0.0, 1000.0, 25.0, allocation_limit="budget") == 0.0
+    assert no_units.limited_by == "budget"
+    # the replicas' measured 40 rps bind before the 100 the units pay for: the pool is full
+    by_pool = SbmPolicy(slow, SbmState(coverage=0.05))
+    by_pool.step([powerful(40.0, p99_ms=60.0)], 4.0, 1000.0, 25.0, allocation_limit="demand")
+    assert by_pool.coverage == pytest.approx(0.032) and by_pool.limited_by == "capacity"
+
+
 def test_holds_without_enough_samples_but_still_respects_capacity() -> None:
     policy = SbmPolicy(CONFIG, SbmState(coverage=0.05))
     assert policy.step([powerful(1000.0, enough=False)], 40.0, 1000.0, 25.0) == 0.05
