@@ -21,9 +21,13 @@ SCHEMA_VERSION = 2
 #: v4 turned RoutingOutcome into a decision record (lever choices, the router's propensity,
 #: holdout; the value may come later on the labels topic) and added OutcomeLabel: both are
 #: written as v4 (`DECISION_VERSION`); every older RoutingOutcome is a valid v4 one.
-READABLE_VERSIONS = frozenset({1, 2, 3, 4})
+#: v5 added the cap on the extra candidates of a request the powerful model serves
+#: (``SbmTarget.extra_candidates``): only targets that set it are written as v5
+#: (`POWERFUL_EXTRA_VERSION`), so an older reader refuses just those, as baseline only.
+READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5})
 OPERATOR_VERSION = 3
 DECISION_VERSION = 4
+POWERFUL_EXTRA_VERSION = 5
 
 NonNegInt = Annotated[int, Meta(ge=0)]
 NonNegFloat = Annotated[float, Meta(ge=0.0)]
@@ -164,11 +168,17 @@ class SegmentPriority(Struct, frozen=True, forbid_unknown_fields=True, kw_only=T
 
 class SbmTarget(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True,
                omit_defaults=True):
-    """Serve-a-better-model: share of requests for the powerful model, and segment priorities."""
+    """Serve-a-better-model: share of requests for the powerful model, and segment priorities.
+
+    ``extra_candidates`` (v5): at most this many of RMA's extra candidates ride on a request
+    the powerful model serves; unset, RMA's target applies to it as to any other. Set while
+    the powerful pools are over their SLA: they shed the extras before coverage.
+    """
 
     coverage: Fraction
     segments: Annotated[dict[Name, SegmentPriority], Meta(max_length=10_000)] = {}
     limited_by: LimitReason | None = None
+    extra_candidates: Annotated[int, Meta(ge=0, le=10_000)] | None = None
 
 
 class ControlTargets(Event, frozen=True, kw_only=True):
@@ -341,7 +351,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 )
 
 __all__ = [
-    "DECISION_VERSION", "EVENT_TYPES", "LIMIT_REASONS", "OPERATOR_VERSION", "READABLE_VERSIONS",
+    "DECISION_VERSION", "EVENT_TYPES", "LIMIT_REASONS", "OPERATOR_VERSION",
+    "POWERFUL_EXTRA_VERSION", "READABLE_VERSIONS",
     "SCHEMA_VERSION", "SHED_REASONS", "CapacityEvent", "ControlTargets", "DeadLetter", "Event",
     "LatencySketch", "LiftEstimate", "LiftReport", "LimitReason", "ModelKind",
     "OperatorOverride", "OutcomeLabel", "PreemptionNotice", "ReplicaAnnouncement",

@@ -262,7 +262,10 @@ class SimWorker:
             self.admission.count_shed(refusal, sent)
             self.record(0.0, False, sent, 0)  # as the live worker answers its 503
             return False
-        req.opt_units = self.admission.fit_whole(req.base, req.extra)
+        allowance = self.policy.allow_whole_extra(self.policy.current(now), req.extra)
+        if allowance.refused is not None:
+            self.admission.count_shed(allowance.refused, req.extra - allowance.allowed)
+        req.opt_units = self.admission.fit_whole(req.base, allowance.allowed)
         admitted = self.admission.admit_optional((req, WHOLE),
                                                  shed_priority(req.value, req.gain),
                                                  int(now + deadline_ms), now,

@@ -69,6 +69,10 @@ class Metrics:
                            ["scope"], registry=self.registry)
         self.coverage = Gauge("surplus_control_sbm_coverage", "SBM coverage target",
                               ["scope"], registry=self.registry)
+        self.powerful_extra = Gauge("surplus_control_sbm_extra_candidates",
+                                    "Extra candidates a request the powerful model serves may "
+                                    "carry: RMA's target unless SBM caps it lower",
+                                    ["scope"], registry=self.registry)
         self.limited_by = Gauge("surplus_control_limited_by",
                                 "1 for what limits each lever's last target (sla, budget, "
                                 "capacity, max, demand, preemption, hold, operator), else 0",
@@ -131,6 +135,9 @@ class Metrics:
         self.targets.labels(scope, targets.reason).inc()
         self.extra.labels(scope).set(targets.rma.extra_candidates)
         self.coverage.labels(scope).set(targets.sbm.coverage)
+        cap = targets.sbm.extra_candidates
+        self.powerful_extra.labels(scope).set(targets.rma.extra_candidates if cap is None
+                                              else min(cap, targets.rma.extra_candidates))
         self.budget.labels(scope).set(targets.rma.budget_units_per_s)
         self.override_active.labels(scope).set(1.0 if targets.reason == "operator" else 0.0)
         for lever, why in (("rma", targets.rma.limited_by), ("sbm", targets.sbm.limited_by)):

@@ -35,6 +35,7 @@ import msgspec
 
 from schemas.contract import (
     OPERATOR_VERSION,
+    POWERFUL_EXTRA_VERSION,
     SCHEMA_VERSION,
     CapacityEvent,
     ControlTargets,
@@ -137,6 +138,14 @@ def _grid_up(units: float, steps_per_octave: int = 16) -> float:
     if units <= 0.0:
         return 0.0
     return float(2.0 ** (math.ceil(math.log2(units) * steps_per_octave) / steps_per_octave))
+
+
+def _version(reason: Reason, sbm: SbmTarget) -> int:
+    """The oldest contract version that says all these targets say, so that older readers keep
+    reading every target they can (a v4 reader refuses a capped one: baseline only)."""
+    if sbm.extra_candidates is not None:
+        return POWERFUL_EXTRA_VERSION
+    return OPERATOR_VERSION if reason == "operator" else SCHEMA_VERSION
 
 
 class ScopeController:
@@ -260,7 +269,8 @@ class ScopeController:
             coverage = min(coverage, last.sbm.coverage)
             segments = last.sbm.segments
         rma = msgspec.structs.replace(rma, limited_by="preemption")
-        sbm = sbm_target(coverage, segments, "preemption")
+        sbm = sbm_target(coverage, segments, "preemption",
+                         None if last is None else last.sbm.extra_candidates)
         if last is not None and last.reason == "preemption" and (last.rma, last.sbm) == (rma, sbm):
             # A repeat (a scheduler re-announcing its reclaim until the deadline) changes
             # nothing the last targets did not already say: re-sending them would only load the
@@ -312,9 +322,9 @@ class ScopeController:
                    and self._sbm.coverage * self._observed.total_rps * dt_s < cfg.min_samples)
         self._sbm.step(stats, allocation.sbm_accel_units, self._observed.total_rps, sbm_rate,
                        ceiling=None if ceiling is None else ceiling[1], starved=starved,
-                       allocation_limit=allocation.sbm_limit)
+                       allocation_limit=allocation.sbm_limit, rma_extra=rma.extra_candidates)
         sbm = sbm_target(self._sbm.coverage, self._estimates.priorities(),
-                         self._sbm.limited_by)
+                         self._sbm.limited_by, self._sbm.extra_cap)
         reason: Reason = "period" if ceiling is None or resumed else "restart"
         overridden = operator.apply(self._override, now_ms, rma, sbm, last)
         if overridden is not None:
@@ -392,7 +402,7 @@ class ScopeController:
 
     def _emit(self, now_ms: int, rma: RmaTarget, sbm: SbmTarget, reason: Reason) -> ControlTargets:
         self._epoch += 1
-        targets = ControlTargets(v=OPERATOR_VERSION if reason == "operator" else SCHEMA_VERSION,
+        targets = ControlTargets(v=_version(reason, sbm),
                                  scope=self.scope, epoch=self._epoch, issued_at_ms=now_ms,
                                  ttl_ms=self.config.ttl_ms, rma=rma, sbm=sbm,
                                  reason=reason)

@@ -35,12 +35,17 @@ from streams.control.config import SbmConfig
 from streams.control.windows import WindowStats
 
 _GAIN_BOUND = 1e6
+#: Under the SLA, the cap on the extras of powerful requests grows by this ratio a period
+#: (and by one candidate at least) until it reaches RMA's target and is lifted.
+EXTRA_REGROWTH = 1.25
 
 
 class SbmState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     coverage: float = 0.0
     held: float = 0.0
     """The coverage a capacity cut took away, to return to once capacity allows (0: none)."""
+    extra_cap: int | None = None
+    """The cap on the extra candidates of powerful requests (None: RMA's target applies)."""
 
 
 def measured_rps(stats: list[WindowStats]) -> float:
@@ -64,6 +69,7 @@ class SbmPolicy:
         state = state or SbmState()
         self.coverage = state.coverage
         self._held = state.held
+        self.extra_cap = state.extra_cap
         #: What kept the last coverage from being higher (see ``LimitReason``).
         self.limited_by: LimitReason = "hold"
 
@@ -77,11 +83,14 @@ class SbmPolicy:
 
     def step(self, stats: list[WindowStats], sbm_accel_units: float, request_rps: float,
              rps_per_accel_unit: float, *, ceiling: float | None = None,
-             starved: bool = False, allocation_limit: LimitReason = "capacity") -> float:
+             starved: bool = False, allocation_limit: LimitReason = "capacity",
+             rma_extra: int = 0) -> float:
         """New coverage. ``stats`` may hold every window; only powerful pools are read.
         ``starved``: at this coverage and traffic a period cannot gather enough samples.
         ``allocation_limit``: why the allocator gave SBM no more units (``Allocation.sbm_limit``),
-        the reason reported when those units, not the replicas' measured capacity, bind."""
+        the reason reported when those units, not the replicas' measured capacity, bind.
+        ``rma_extra``: RMA's extra candidates this period, which powerful requests carry too
+        unless ``extra_cap`` holds them lower (see ``_over_sla``)."""
         cfg = self.config
         measured = measured_rps(stats)
         serviceable = planned_rps(measured, sbm_accel_units, rps_per_accel_unit)
@@ -102,10 +111,11 @@ class SbmPolicy:
         elif not judged:  # at zero coverage no latency can exist: probe one step
             wanted, why = cfg.max_increase_per_period, "sla"
         elif max(judged) > cfg.sla_p99_ms:
-            wanted, why = self.coverage * cfg.trim_factor, "sla"  # powerful pools too slow
+            wanted, why = self._over_sla(rma_extra), "sla"       # powerful pools too slow
             self._held = 0.0
         else:
             wanted, why = self.coverage + self._increase(max(judged)), "sla"
+            self._regrow_extra(rma_extra)
         if ceiling is not None:
             cap, why = min(cap, ceiling), "hold"
         if self._held > wanted and why == "sla":
@@ -124,6 +134,27 @@ class SbmPolicy:
             why = bound
         self.limited_by = why
         return self.coverage
+
+    def _over_sla(self, rma_extra: int) -> float:
+        """The powerful pools are over their SLA: shed load, the extra candidates their requests
+        carry first. A covered request is worth its segment's gain, and coverage leaves the
+        segments of least gain first, while the extras are the last, flattest stretch of RMA's
+        concave value curve: in `diurnal_day` shedding them first kept coverage at its maximum
+        through the afternoon peak, where cutting coverage lost 5% of the day's value.
+        Coverage is trimmed once powerful requests carry none. Returns the wanted coverage."""
+        cap, trim = self.extra_cap, self.config.trim_factor
+        if rma_extra > 0 and (cap is None or cap > 0):
+            self.extra_cap = math.floor(min(rma_extra if cap is None else cap, rma_extra) * trim)
+            return self.coverage
+        return self.coverage * trim
+
+    def _regrow_extra(self, rma_extra: int) -> None:
+        """Under the SLA: let the powerful requests' extras back, lifting the cap at RMA's."""
+        cap = self.extra_cap
+        if cap is None:
+            return
+        cap = max(cap + 1, math.ceil(cap * EXTRA_REGROWTH))
+        self.extra_cap = None if cap >= rma_extra else cap
 
     def _increase(self, p99_ms: float) -> float:
         """How far coverage may rise this period. Far under the SLA it grows by a ratio (slow
@@ -152,11 +183,11 @@ class SbmPolicy:
 
     def target(self, estimator: SegmentEstimator) -> SbmTarget:
         """The wire target: current coverage and every tracked segment's priority."""
-        return sbm_target(self.coverage, estimator.priorities(), self.limited_by)
+        return sbm_target(self.coverage, estimator.priorities(), self.limited_by, self.extra_cap)
 
     @property
     def state(self) -> SbmState:
-        return SbmState(coverage=self.coverage, held=self._held)
+        return SbmState(coverage=self.coverage, held=self._held, extra_cap=self.extra_cap)
 
 
 class ModelStats(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -258,6 +289,7 @@ class SegmentEstimator:
 
 
 def sbm_target(coverage: float, segments: dict[str, SegmentPriority],
-               limited_by: LimitReason | None = None) -> SbmTarget:
+               limited_by: LimitReason | None = None,
+               extra_cap: int | None = None) -> SbmTarget:
     return SbmTarget(coverage=max(0.0, min(1.0, coverage)), segments=segments,
-                     limited_by=limited_by)
+                     limited_by=limited_by, extra_candidates=extra_cap)

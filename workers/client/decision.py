@@ -105,7 +105,8 @@ class Decider:
         # powerful pool serves whole is paid for by SBM's share of the capacity, and its
         # extras are cut by that pool's allowance.
         on_ranking = route.model == "baseline"
-        extra = self._extra(eff, ranking if on_ranking else powerful, available_extra, now_ms,
+        available = available_extra if on_ranking else self._powerful_cap(eff, available_extra)
+        extra = self._extra(eff, ranking if on_ranking else powerful, available, now_ms,
                             budgeted=on_ranking)
         p = router.last_p
         if route.model == "powerful":
@@ -139,6 +140,17 @@ class Decider:
         if by_reason is None:
             by_reason = self.counters[cls] = {}
         by_reason[reason] = by_reason.get(reason, 0) + n
+
+    def _powerful_cap(self, eff: EffectiveTargets, available: int) -> int:
+        """The candidates beyond its base a powerful request may carry: the SBM target's cap
+        on their extras, the cut counted as ``over_target``."""
+        cap = eff.powerful_extra_cap
+        if cap is None:
+            return available
+        withheld = min(eff.extra_candidates, max(available, 0)) - cap
+        if withheld > 0:
+            self.bump("rma_shed", "over_target", withheld)
+        return min(available, cap)
 
     def _extra(self, eff: EffectiveTargets, allowance: float, available: int,
                now_ms: int, *, budgeted: bool) -> int:

@@ -89,6 +89,16 @@ class ReplicaPolicy:
                               new_budget)
 
     @staticmethod
+    def allow_whole_extra(effective: EffectiveTargets, requested: int) -> ExtraAllowance:
+        """SBM: the extra candidates a whole request may carry, RMA's target or the SBM
+        target's lower cap on powerful requests (its pools over their SLA). Called once
+        ``whole_refusal`` let the request in; what fits the queue is admission's to say."""
+        cap = effective.powerful_extra_cap
+        limit = effective.extra_candidates if cap is None else min(effective.extra_candidates, cap)
+        allowed = min(max(requested, 0), limit)
+        return ExtraAllowance(allowed, "over_target" if allowed < requested else None)
+
+    @staticmethod
     def whole_refusal(effective: EffectiveTargets) -> ShedReason | None:
         """SBM: a whole request of the powerful model is refused at once while targets say
         baseline only (the client falls back to baseline replicas); None means try admission."""

@@ -188,7 +188,10 @@ class Worker:
             self.window.record(0.0, False, n, 0)
             raise OptionalShed(reason)
         base_n = min(req.base_count, n)
-        kept = base_n + self.batcher.fit_whole(base_n, n - base_n)
+        allowance = self.policy.allow_whole_extra(effective, n - base_n)
+        if allowance.refused is not None:
+            self.batcher.count_shed(allowance.refused, n - base_n - allowance.allowed)
+        kept = base_n + self.batcher.fit_whole(base_n, allowance.allowed)
         if kept < n:
             sparse = sparse[:kept]
         try:

@@ -84,6 +84,18 @@ def test_requests_the_powerful_pool_serves_whole_do_not_spend_the_rma_budget() -
     assert decider.counters["rma_shed"]["budget"] == 64 * len(ranking) - 640 + cut_first
 
 
+def test_a_cap_on_powerful_extras_cuts_those_requests_only_and_counts_the_cut() -> None:
+    decider = _decider(rma_burst_s=1.0, router=RouterConfig(explore_rate=0.0))
+    decider.offer(targets(extra=64, budget=1e9, coverage=0.5, powerful_extra=16), T0)
+    ds = [decider.decide("s", 500, T0 + 1_000) for _ in range(40)]
+    powerful = [d for d in ds if d.model == "powerful"]
+    ranking = [d for d in ds if d.model == "baseline"]
+    assert powerful and all(d.extra == 16 for d in powerful)
+    assert ranking and all(d.extra == 64 for d in ranking)
+    assert decider.counters["rma_shed"]["over_target"] == 48 * len(powerful)
+    assert decider.decide("s", 10, T0 + 1_000).extra == 10   # under the cap: what it has
+
+
 def _struggling(model: str) -> tuple[Decider, list[Decision]]:
     """A decider whose `model` pool just reported shedding level 3 (a 0.5 cut)."""
     decider = _decider(shed=ShedConfig(level_factors=(0.5, 0.5, 0.5)),

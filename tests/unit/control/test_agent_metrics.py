@@ -44,3 +44,14 @@ def test_acknowledged_targets_are_counted_and_the_highest_epoch_only_grows() -> 
                   outcome="acked") == 2.0
     assert _value(metrics, "surplus_control_targets_delivered_total", scope="eu1",
                   outcome="failed") == 1.0
+
+
+def test_the_extras_a_powerful_request_may_carry_show_the_sbm_cap_when_one_is_set() -> None:
+    metrics = Metrics()
+    metrics.observe_targets(_targets("sla", "sla"))
+    assert _value(metrics, "surplus_control_sbm_extra_candidates", scope="eu1") == 8.0
+    capped = ControlTargets(v=5, scope="eu1", epoch=2, issued_at_ms=0, ttl_ms=1000,
+                            rma=_targets("sla", "sla").rma,
+                            sbm=SbmTarget(coverage=0.2, extra_candidates=3))
+    metrics.observe_targets(capped)
+    assert _value(metrics, "surplus_control_sbm_extra_candidates", scope="eu1") == 3.0

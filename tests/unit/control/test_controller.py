@@ -213,6 +213,20 @@ def test_high_latency_cuts_extra_work() -> None:
     assert after.rma.extra_candidates < before.rma.extra_candidates
 
 
+def test_a_slow_powerful_pool_caps_its_requests_extras_first_and_only_then_says_v5() -> None:
+    c = granted()
+    t, before = run(c, 0, 5)
+    assert before.v == 2 and before.sbm.extra_candidates is None
+    assert before.rma.extra_candidates > 0
+    t, slow = run(c, t, 1, powerful_p99=CONFIG.sbm.sla_p99_ms * 1.5)
+    assert slow.sbm.coverage == before.sbm.coverage
+    assert slow.sbm.extra_candidates is not None
+    assert slow.sbm.extra_candidates < slow.rma.extra_candidates
+    assert slow.v == 5 and decode(ControlTargets, encode(slow)) == slow
+    _, recovered = run(c, t, 20)
+    assert recovered.sbm.extra_candidates is None and recovered.v == 2
+
+
 def test_lapsed_grants_stop_optional_work() -> None:
     c = ScopeController("eu1", CONFIG)
     c.on_capacity(grant(RANK_POOL, accel=8.0, cpu=64.0, expires_at_ms=25_000), 0)

@@ -199,3 +199,45 @@ def test_a_powerful_pool_over_its_sla_forgets_the_held_coverage() -> None:
     policy.clamp(10.0, 100.0)                                      # 0.08 left
     policy.step([powerful(10.0, p99_ms=300.0)], 40.0, 100.0, 25.0)  # over the SLA: trimmed
     assert policy.step([powerful(1000.0)], 40.0, 100.0, 25.0) == pytest.approx(0.05)
+
+
+def test_over_its_sla_the_powerful_pool_sheds_its_requests_extras_before_coverage() -> None:
+    policy = SbmPolicy(CONFIG, SbmState(coverage=0.08))
+    slow = [powerful(100.0, p99_ms=250.0)]
+    assert policy.step(slow, 4.0, 1000.0, 25.0, rma_extra=40) == pytest.approx(0.08)
+    assert policy.extra_cap == 20                                  # 40 x trim 0.5
+    assert policy.step(slow, 4.0, 1000.0, 25.0, rma_extra=40) == pytest.approx(0.08)
+    assert policy.extra_cap == 10
+    assert policy.limited_by == "sla"
+    assert policy.target(SegmentEstimator(CONFIG)).extra_candidates == 10
+
+
+def test_coverage_is_trimmed_once_powerful_requests_carry_no_extras() -> None:
+    policy = SbmPolicy(CONFIG, SbmState(coverage=0.08, extra_cap=1))
+    slow = [powerful(100.0, p99_ms=250.0)]
+    assert policy.step(slow, 4.0, 1000.0, 25.0, rma_extra=40) == pytest.approx(0.08)
+    assert policy.extra_cap == 0
+    assert policy.step(slow, 4.0, 1000.0, 25.0, rma_extra=40) == pytest.approx(0.04)
+    without_extras = SbmPolicy(CONFIG, SbmState(coverage=0.08))
+    assert without_extras.step(slow, 4.0, 1000.0, 25.0, rma_extra=0) == pytest.approx(0.04)
+    assert without_extras.extra_cap is None
+
+
+def test_under_the_sla_the_cap_on_extras_regrows_and_is_lifted_at_rmas_target() -> None:
+    policy = SbmPolicy(CONFIG, SbmState(coverage=0.08, extra_cap=0))
+    fast = [powerful(100.0, p99_ms=150.0)]
+    caps = []
+    for _ in range(12):
+        policy.step(fast, 4.0, 1000.0, 25.0, rma_extra=10)
+        caps.append(policy.extra_cap)
+    assert caps[:6] == [1, 2, 3, 4, 5, 7]                          # +1, then x1.25
+    assert caps[-1] is None
+    assert SbmPolicy(CONFIG, policy.state).extra_cap is None
+
+
+def test_the_cap_on_extras_is_never_above_rmas_own_target() -> None:
+    policy = SbmPolicy(CONFIG, SbmState(coverage=0.08, extra_cap=30))
+    policy.step([powerful(100.0, p99_ms=250.0)], 4.0, 1000.0, 25.0, rma_extra=8)
+    assert policy.extra_cap == 4
+    state = msgspec.json.decode(msgspec.json.encode(policy.state), type=SbmState)
+    assert state.extra_cap == 4

@@ -66,6 +66,21 @@ def test_a_whole_request_is_refused_while_baseline_only_and_named_for_why() -> N
     assert policy.whole_refusal(policy.current(3)) == "preemption"
 
 
+def test_a_whole_requests_extras_are_held_to_the_cap_the_sbm_target_sets_on_them() -> None:
+    policy = _policy()
+    policy.offer(_targets(1, extra=8), 0, admission_preempted=False)
+    uncapped = policy.allow_whole_extra(policy.current(1), 10)
+    assert (uncapped.allowed, uncapped.refused) == (8, "over_target")
+    capped = ControlTargets(v=5, scope="eu1", epoch=2, issued_at_ms=0, ttl_ms=10_000,
+                            rma=RmaTarget(extra_candidates=8, budget_units_per_s=100.0),
+                            sbm=SbmTarget(coverage=0.5, extra_candidates=3))
+    policy.offer(capped, 0, admission_preempted=False)
+    allowance = policy.allow_whole_extra(policy.current(1), 10)
+    assert (allowance.allowed, allowance.refused) == (3, "over_target")
+    assert policy.allow_whole_extra(policy.current(1), 2).refused is None
+    assert policy.allow_extra(policy.current(1), 10).allowed == 8   # ranking extras: RMA's
+
+
 def test_a_notice_applies_once_only_to_its_pool_or_named_replicas() -> None:
     policy = _policy()
     assert policy.on_notice(_notice(pool="eu1/other"), 0) == "not_mine"

@@ -63,8 +63,8 @@ def test_unknown_field_is_rejected_by_name() -> None:
 
 
 def test_unknown_schema_version_is_named_even_when_fields_changed() -> None:
-    with pytest.raises(ContractError, match="unknown schema version 5"):
-        decode(WindowReport, _report_json(v=5))
+    with pytest.raises(ContractError, match="unknown schema version 6"):
+        decode(WindowReport, _report_json(v=6))
     with pytest.raises(ContractError, match="unknown schema version 9"):
         decode(WindowReport, b'{"v": 9, "something": "else"}')
 
@@ -108,8 +108,8 @@ def test_telemetry_value_is_one_report_or_a_batch_checked_as_strictly() -> None:
     assert decode_telemetry(encode_telemetry([report, report])) == [report, report]
     with pytest.raises(ContractError, match=r"at `\$\[1\]`"):
         decode_telemetry(b"[" + encode(report) + b", 7]")
-    bad_version = encode_telemetry([report]).replace(b'"v":2', b'"v":5')
-    with pytest.raises(ContractError, match="unknown schema version 5"):
+    bad_version = encode_telemetry([report]).replace(b'"v":2', b'"v":6')
+    with pytest.raises(ContractError, match="unknown schema version 6"):
         decode_telemetry(bad_version)
     with pytest.raises(ContractError, match="malformed JSON"):
         decode_telemetry(b"[" + encode(report))
@@ -129,3 +129,16 @@ def test_targets_without_limits_encode_as_v1_readers_expect() -> None:
     assert b"limited_by" not in msgspec.json.encode(RmaTarget(extra_candidates=1,
                                                               budget_units_per_s=2.0))
     assert b"limited_by" in msgspec.json.encode(SbmTarget(coverage=0.1, limited_by="sla"))
+
+
+def test_a_target_without_a_cap_on_powerful_extras_encodes_as_a_v4_reader_expects() -> None:
+    def sbm_json(sbm: SbmTarget) -> dict[str, object]:
+        targets = ControlTargets(scope="eu1", epoch=1, issued_at_ms=0, ttl_ms=1_000,
+                                 rma=RmaTarget(extra_candidates=8, budget_units_per_s=1.0),
+                                 sbm=sbm)
+        obj = json.loads(encode(targets))
+        assert decode(ControlTargets, encode(targets)) == targets
+        return obj["sbm"]
+
+    assert "extra_candidates" not in sbm_json(SbmTarget(coverage=0.5))
+    assert sbm_json(SbmTarget(coverage=0.5, extra_candidates=0))["extra_candidates"] == 0
