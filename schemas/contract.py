@@ -24,10 +24,13 @@ SCHEMA_VERSION = 2
 #: v5 added the cap on the extra candidates of a request the powerful model serves
 #: (``SbmTarget.extra_candidates``): only targets that set it are written as v5
 #: (`POWERFUL_EXTRA_VERSION`), so an older reader refuses just those, as baseline only.
-READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5})
+#: v6 added to RoutingOutcome the extra candidates the caller offered (``available``), so
+#: the control plane learns how many a target can use at all: records that carry it are v6.
+READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5, 6})
 OPERATOR_VERSION = 3
 DECISION_VERSION = 4
 POWERFUL_EXTRA_VERSION = 5
+SUPPLY_VERSION = 6
 
 NonNegInt = Annotated[int, Meta(ge=0)]
 NonNegFloat = Annotated[float, Meta(ge=0.0)]
@@ -240,7 +243,7 @@ class RoutingOutcome(Event, frozen=True, kw_only=True):
     whether that was exploration and whether the request was in the randomized holdout (no
     optional work). ``value`` is set only when the client knew the outcome at response time;
     otherwise the outcome arrives later as an `OutcomeLabel` with the same ``request_id``.
-    A v1-v3 message (value always set) is a valid v4 one.
+    A v1-v3 message (value always set) is a valid v4 one; v6 added ``available``.
     """
 
     v: int = DECISION_VERSION
@@ -257,6 +260,9 @@ class RoutingOutcome(Event, frozen=True, kw_only=True):
     """P(the router picks ``model``) for this request: the logged propensity."""
     holdout: bool = False
     """In the randomized holdout (request-id hash): no optional work, whatever the targets."""
+    available: Annotated[int, Meta(ge=0, le=100_000)] | None = None
+    """v6: extra candidates the caller had beyond its base, of which ``extra`` were sent: the
+    most an RMA target can use on this request (None: a client before the field)."""
 
 
 class OutcomeLabel(Event, frozen=True, kw_only=True):
@@ -352,8 +358,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 
 __all__ = [
     "DECISION_VERSION", "EVENT_TYPES", "LIMIT_REASONS", "OPERATOR_VERSION",
-    "POWERFUL_EXTRA_VERSION", "READABLE_VERSIONS",
-    "SCHEMA_VERSION", "SHED_REASONS", "CapacityEvent", "ControlTargets", "DeadLetter", "Event",
+    "POWERFUL_EXTRA_VERSION", "READABLE_VERSIONS", "SCHEMA_VERSION", "SHED_REASONS",
+    "SUPPLY_VERSION", "CapacityEvent", "ControlTargets", "DeadLetter", "Event",
     "LatencySketch", "LiftEstimate", "LiftReport", "LimitReason", "ModelKind",
     "OperatorOverride", "OutcomeLabel", "PreemptionNotice", "ReplicaAnnouncement",
     "ReplicaState", "RmaTarget", "RoutingOutcome", "SbmTarget", "SegmentPriority", "ShedReason",

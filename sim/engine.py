@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from schemas.contract import (
-    DECISION_VERSION,
+    SUPPLY_VERSION,
     ControlTargets,
     Event,
     OutcomeLabel,
@@ -453,11 +453,11 @@ class Simulation:
         truth = None if holdout else (model == "powerful", sbm + rma, 1.0 / propensity)
         request_id = f"{rc.name}-{req.rid}"
         self._publish(end, "outcomes", rc.name, RoutingOutcome(
-            v=DECISION_VERSION, ts_ms=int(req.finished_ms), scope=rc.name,
+            v=SUPPLY_VERSION, ts_ms=int(req.finished_ms), scope=rc.name,
             request_id=request_id, segment=seg.name, model=model,
             explored=req.explored and not req.fell_back,
             extra=req.extra if not req.fell_back else 0,
-            propensity=propensity, holdout=holdout))
+            propensity=propensity, holdout=holdout, available=rc.max_extra_candidates))
         draws = self.rng_labels.random(4)
         fate = self.sc.labels.fate(float(draws[0]), float(_normal_from(draws[1], draws[2])),
                                    float(draws[3]), unit=1000.0)

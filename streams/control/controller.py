@@ -61,6 +61,7 @@ from streams.control.offpolicy import (
     lift_report,
 )
 from streams.control.rma import (
+    CandidateSupply,
     RmaPolicy,
     RmaState,
     provisioned_headroom,
@@ -171,6 +172,7 @@ class ScopeController:
         self._inventory = PoolInventory(state.inventory,
                                         tombstone_ms=round(config.preemption_tombstone_s * 1000))
         self._rma = RmaPolicy(config.rma, state.rma)
+        self._supply = CandidateSupply()
         self._sbm = SbmPolicy(config.sbm, state.sbm)
         self._join = AttributionJoin(config.labels)
         self._estimates = GainEstimator(config.sbm, config.labels, state.estimates)
@@ -208,6 +210,7 @@ class ScopeController:
         if outcome.scope != self.scope:
             raise ScopeMismatch(f"RoutingOutcome of scope {outcome.scope!r} sent to scope "
                                 f"{self.scope!r}")
+        self._supply.observe(outcome.available)
         joined = self._join.on_decision(outcome, now_ms)
         if joined is not None:
             self._estimates.observe(joined)
@@ -312,7 +315,9 @@ class ScopeController:
                   + self._observed.provisioned_units_per_s)
         if ceiling is not None:
             budget = min(budget, ceiling[2])
-        rma = self._rma.step(stats, budget, dt_s, ceiling=None if ceiling is None else ceiling[0])
+        rma = self._rma.step(stats, budget, dt_s, ceiling=None if ceiling is None else ceiling[0],
+                             supply=self._supply.most)
+        self._supply.close_period()
         if allocation.rma_accel_units <= 0 and rma.extra_candidates == 0:
             rma = msgspec.structs.replace(rma, limited_by="capacity")
         elif self._observed.ranking_rps <= 0 and rma.limited_by == "hold":
@@ -395,8 +400,10 @@ class ScopeController:
         rma, sbm, seen = self.config.rma, self.config.sbm, self._observed
         per_unit = min(self.config.allocator.cpu_per_accel_for_rma * rma.candidates_per_cpu_unit_s,
                        rma_rate)
-        rma_units = (rma.max_extra_candidates * self._rma.settled_rate(seen.ranking_rps)
-                     / per_unit)
+        supply = self._supply.most
+        most = rma.max_extra_candidates if supply is None else min(rma.max_extra_candidates,
+                                                                    supply)
+        rma_units = most * self._rma.settled_rate(seen.ranking_rps) / per_unit
         sbm_units = sbm.max_coverage * seen.total_rps / (sbm.headroom * sbm_rate)
         return _grid_up(rma_units), _grid_up(sbm_units)
 

@@ -45,6 +45,37 @@ class RmaState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     """The output a budget clamp cut, to return to once the budget allows (0: none)."""
 
 
+class CandidateSupply:
+    """The most extra candidates a caller offered one request over the last ``periods``
+    control periods, from the decision records (``RoutingOutcome.available``).
+
+    A target above it scores nothing more, so it bounds RMA's target and the allocator's
+    demand for RMA units, and a target at it is limited by ``demand``, not by a configured
+    maximum. The largest offer, not a typical one: requests with fewer candidates simply send
+    all they have. ``most`` is None until a record says (clients before contract v6).
+    """
+
+    def __init__(self, periods: int = RATE_PERIODS) -> None:
+        self._periods = periods
+        self._current: int | None = None
+        self._maxima: list[int] = []
+
+    def observe(self, available: int | None) -> None:
+        if available is not None and (self._current is None or available > self._current):
+            self._current = available
+
+    def close_period(self) -> None:
+        """Keep this period's largest offer; a period without records keeps the old ones."""
+        if self._current is not None:
+            self._maxima = [*self._maxima, self._current][-self._periods:]
+            self._current = None
+
+    @property
+    def most(self) -> int | None:
+        seen = self._maxima if self._current is None else [*self._maxima, self._current]
+        return max(seen) if seen else None
+
+
 def rma_budget(allocation: Allocation, config: RmaConfig, units_per_accel_s: float) -> float:
     """Extra candidates per second the allocated CPU and accelerators can score, at
     ``units_per_accel_s`` per accelerator unit (measured; the CPU rate is a configured cap)."""
@@ -126,18 +157,21 @@ class RmaPolicy:
         return rates[(len(rates) - 1) // 2]
 
     def step(self, stats: list[WindowStats], budget_units_per_s: float, dt_s: float, *,
-             ceiling: float | None = None) -> RmaTarget:
+             ceiling: float | None = None, supply: int | None = None) -> RmaTarget:
         """Advance the PID on this period's ranking windows.
 
         ``ceiling`` is an extra upper bound from the caller (the first period after a restart
-        is held to what was issued before it). With no window of enough samples the output
-        is held, still under the budget cap.
+        is held to what was issued before it). ``supply``: the most extra candidates callers
+        offer a request (``CandidateSupply``), past which a target buys nothing. With no
+        window of enough samples the output is held, still under the budget cap.
         """
         budget = max(0.0, budget_units_per_s)
         rate = ranking_request_rate(stats)
         high = self.cap(budget, rate)
         if ceiling is not None:
             high = min(high, ceiling)
+        if supply is not None:
+            high = min(high, float(supply))
         p99 = worst_p99(stats, "baseline")
         if p99 is not None:  # a period too thin to judge moves no state, this one included
             self._rates = [*self._rates, rate][-RATE_PERIODS:]
@@ -157,7 +191,8 @@ class RmaPolicy:
             self._slow_start(p99, before, high)
             self._restore(high)
         target = self._target(budget, high)
-        self.limited_by = self._limit(target.extra_candidates, budget_high, p99, ceiling)
+        self.limited_by = self._limit(target.extra_candidates, budget_high, p99, ceiling,
+                                      supply)
         return msgspec.structs.replace(target, limited_by=self.limited_by)
 
     def _hold(self, high: float) -> None:
@@ -189,9 +224,11 @@ class RmaPolicy:
             self.pid.move_to(wanted)
 
     def _limit(self, extra: int, budget_high: float, p99: float | None,
-               ceiling: float | None) -> LimitReason:
+               ceiling: float | None, supply: int | None) -> LimitReason:
         """Why ``extra`` is not higher: the first bound it sits at, else the SLA loop."""
         cfg = self.config
+        if supply is not None and extra >= supply:
+            return "demand"                   # every candidate the callers offer is scored
         if extra >= cfg.max_extra_candidates:
             return "max"
         if budget_high <= 0.0:

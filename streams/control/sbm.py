@@ -128,6 +128,8 @@ class SbmPolicy:
             why = bound
         elif request_rps <= 0:
             why = "demand"
+        elif self.coverage >= 1.0:
+            why = "demand"                        # every request is covered
         elif self.coverage >= cfg.max_coverage:
             why = "max"
         elif wanted > cap and ceiling is None:

@@ -105,7 +105,7 @@ async def test_every_request_publishes_an_outcome_keyed_by_scope(kafka: KafkaSet
     _publish(kafka, [("eu1", _ev(targets(epoch=1, coverage=0.5, issued_at_ms=wall_ms())))])
     config = ClientConfig(scope="eu1", baseline_urls=[urls[0]], powerful_urls=[urls[1]],
                           catch_up_timeout_s=30.0)
-    candidates = [Candidate(id=i, prior=i / 10) for i in range(5)]
+    candidates = [Candidate(id=i, prior=i / 10) for i in range(7)]   # 2 beyond the base
     try:
         async with RankingClient(config, kafka) as client:
             results = [await client.rank(segment=f"s{i % 3}", value=1.0,
@@ -125,6 +125,7 @@ async def test_every_request_publishes_an_outcome_keyed_by_scope(kafka: KafkaSet
         o = outcomes[f"r{i}"]
         assert (o.segment, o.model, o.value) == (f"s{i % 3}", r.response.model, None)
         assert 0.0 < o.propensity <= 1.0 and o.holdout == r.decision.holdout
+        assert (o.v, o.available) == (6, 2)      # what the caller offered, sent or not
         if r.fell_back is None:
             assert o.propensity == r.decision.propensity
     assert client.summary()["decisions"]["outcomes"]["published"] == 40

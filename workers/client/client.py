@@ -35,7 +35,7 @@ from schemas.clock import wall_ms
 from schemas.codec import ContractError, encode_outcomes
 from schemas.codec import encode as encode_event
 from schemas.contract import (
-    DECISION_VERSION,
+    SUPPLY_VERSION,
     ControlTargets,
     DeadLetter,
     OutcomeLabel,
@@ -241,8 +241,8 @@ class RankingClient:
         started = time.perf_counter()
         base_count = min(base_count, len(candidates))
         request_id = request_id or uuid.uuid4().hex
-        decision = self.decider.decide(segment, len(candidates) - base_count, self._clock(),
-                                       request_id)
+        offered = len(candidates) - base_count
+        decision = self.decider.decide(segment, offered, self._clock(), request_id)
         deadline = deadline_ms or self.config.default_deadline_ms
         request = RankRequest(request_id=request_id, segment=segment,
                               value=value, deadline_ms=deadline, dense=list(dense),
@@ -264,7 +264,7 @@ class RankingClient:
                 self.decider.bump("rma_shed", "fallback", decision.extra)
         if response is None:
             response = await self._baseline(request, started, fell_back is not None)
-        return self._finish(request, response, decision, fell_back, started)
+        return self._finish(request, response, decision, fell_back, started, offered)
 
     async def _baseline(self, request: RankRequest, started: float,
                         fallback: bool) -> RankResponse:
@@ -364,8 +364,9 @@ class RankingClient:
         return response
 
     def _finish(self, request: RankRequest, response: RankResponse, decision: Decision,
-                fell_back: str | None, started: float) -> RankResult:
-        """Count what the server shed, learn from the value, publish the outcome."""
+                fell_back: str | None, started: float, offered: int) -> RankResult:
+        """Count what the server shed, learn from the value, publish the outcome (``offered``:
+        the extra candidates the caller had)."""
         decider = self.decider
         decider.bump("served", response.model)
         decider.settle(decision.model, decision.extra, response.optional_shed, self._clock())
@@ -382,14 +383,14 @@ class RankingClient:
             if len(served) >= LABEL_MEMORY:
                 del served[next(iter(served))]
             served[request.request_id] = (request.segment, response.model)
-        self._publish(request, response, decision, fell_back, value)
+        self._publish(request, response, decision, fell_back, value, offered)
         return RankResult(response=response, decision=decision, fell_back=fell_back,
                           value=value, latency_ms=(time.perf_counter() - started) * 1000.0)
 
     # ---- Kafka output ------------------------------------------------------------------------
 
     def _publish(self, request: RankRequest, response: RankResponse, decision: Decision,
-                 fell_back: str | None, value: float | None) -> None:
+                 fell_back: str | None, value: float | None, offered: int) -> None:
         """Queue the request's decision record; a full batch, or one older than the linger,
         goes out as one message."""
         if self._producer is None or not self.config.publish_outcomes or self.kafka is None:
@@ -397,12 +398,12 @@ class RankingClient:
         model = response.model
         propensity = logged_propensity(decision.model, decision.propensity, model)
         record = RoutingOutcome(
-            v=DECISION_VERSION, ts_ms=self._clock(), scope=self.config.scope,
+            v=SUPPLY_VERSION, ts_ms=self._clock(), scope=self.config.scope,
             request_id=request.request_id, segment=request.segment, model=model,
             value=value, explored=decision.explored and fell_back is None,
             extra=max(len(request.candidates) - request.base_count, 0)
             if fell_back is None else 0,
-            propensity=propensity, holdout=decision.holdout)
+            propensity=propensity, holdout=decision.holdout, available=offered)
         batch = self._batch
         if not batch and not self._labels:
             self._batch_since = time.perf_counter()

@@ -227,6 +227,16 @@ def test_a_slow_powerful_pool_caps_its_requests_extras_first_and_only_then_says_
     assert recovered.sbm.extra_candidates is None and recovered.v == 2
 
 
+def test_rma_stops_at_the_candidates_callers_offer_and_says_demand() -> None:
+    c = granted()
+    t = 0
+    for _ in range(30):
+        c.on_outcome(msgspec.structs.replace(outcome("s", "baseline", 1.0), v=6, available=12),
+                     t)
+        t, targets = run(c, t, 1)
+    assert (targets.rma.extra_candidates, targets.rma.limited_by) == (12, "demand")
+
+
 def test_lapsed_grants_stop_optional_work() -> None:
     c = ScopeController("eu1", CONFIG)
     c.on_capacity(grant(RANK_POOL, accel=8.0, cpu=64.0, expires_at_ms=25_000), 0)

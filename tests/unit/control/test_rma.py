@@ -8,7 +8,13 @@ import pytest
 
 from streams.control.allocator import Allocation
 from streams.control.config import RmaConfig
-from streams.control.rma import RmaPolicy, RmaState, provisioned_headroom, rma_budget
+from streams.control.rma import (
+    CandidateSupply,
+    RmaPolicy,
+    RmaState,
+    provisioned_headroom,
+    rma_budget,
+)
 from streams.control.windows import WindowStats
 from tests.unit.control.factories import RANK_BASE_POOL, RANK_POOL
 
@@ -212,3 +218,30 @@ def test_a_held_point_is_forgotten_once_the_tail_reaches_the_aim() -> None:
     policy.step([stats(85.0)], 0.0, 10.0)                         # at the aim, no budget
     back = policy.step([stats(60.0)], BIG_BUDGET, 10.0).extra_candidates
     assert back <= (CONFIG.max_step or 0.0)                                 # ramps from zero again
+
+
+def test_a_target_at_every_candidate_the_callers_offer_is_limited_by_demand_not_max() -> None:
+    policy = RmaPolicy(CONFIG)
+    for _ in range(60):
+        top = policy.step([stats(10.0)], BIG_BUDGET, 10.0, supply=64)
+    assert (top.extra_candidates, top.limited_by) == (64, "demand")
+    assert policy.pid.output <= 64.0                      # no wind-up past what is offered
+    assert policy.step([stats(10.0)], BIG_BUDGET, 10.0, supply=500).limited_by == "sla"
+
+
+def test_the_supply_is_the_largest_offer_of_the_last_periods_and_unknown_until_one() -> None:
+    supply = CandidateSupply(periods=2)
+    assert supply.most is None
+    supply.observe(None)                                  # a client before contract v6
+    assert supply.most is None
+    for offered in (16, 256, 40):
+        supply.observe(offered)
+    assert supply.most == 256
+    supply.close_period()
+    supply.close_period()                                 # a period without records
+    supply.observe(8)
+    supply.close_period()
+    assert supply.most == 256
+    supply.observe(8)
+    supply.close_period()
+    assert supply.most == 8                               # the 256 is two periods old

@@ -241,3 +241,13 @@ def test_the_cap_on_extras_is_never_above_rmas_own_target() -> None:
     assert policy.extra_cap == 4
     state = msgspec.json.decode(msgspec.json.encode(policy.state), type=SbmState)
     assert state.extra_cap == 4
+
+
+def test_coverage_of_every_request_is_limited_by_demand_a_lower_maximum_by_max() -> None:
+    everyone = SbmPolicy(msgspec.structs.replace(CONFIG, max_coverage=1.0),
+                         SbmState(coverage=1.0))
+    everyone.step([powerful(10_000.0)], 1000.0, 100.0, 25.0)
+    assert (everyone.coverage, everyone.limited_by) == (1.0, "demand")
+    half = SbmPolicy(CONFIG, SbmState(coverage=0.5))
+    half.step([powerful(10_000.0)], 1000.0, 100.0, 25.0)
+    assert (half.coverage, half.limited_by) == (0.5, "max")
