@@ -216,11 +216,16 @@ async def test_opportunistic_powerful_replica_does_whole_requests_or_none() -> N
         assert status == 503 and raw["shed_reason"] == "stale_targets"
         worker.offer_targets(targets(epoch=1, extra=0))
         status, raw = await post(client, body(3, 2))
-        assert status == 200 and raw["model"] == "powerful" and raw["scored"] == 5
+        # The request is served whole, its extras held to the target as on a ranking replica.
+        assert status == 200 and raw["model"] == "powerful" and raw["scored"] == 3
+        worker.offer_targets(targets(epoch=2, extra=2))
+        status, raw = await post(client, body(3, 2))
+        assert status == 200 and raw["scored"] == 5
         worker.on_preemption(notice(config.pool))
         status, raw = await post(client, body(3, 2))
         assert status == 503 and raw["shed_reason"] == "preemption"
-        assert worker.batcher.state().shed_units == {"stale_targets": 5, "preemption": 5}
+        assert worker.batcher.state().shed_units == {"stale_targets": 5, "over_target": 2,
+                                                     "preemption": 5}
 
 
 async def test_under_overload_optional_work_is_shed_and_baseline_still_served() -> None:
