@@ -201,6 +201,14 @@ class ControlTargets(Event, frozen=True, kw_only=True):
     """Why these targets were issued; ``operator`` (v3): an active override shaped them."""
     signature: Annotated[str, Meta(max_length=128)] | None = None
 
+    @property
+    def powerful_extra_candidates(self) -> int:
+        """Extra candidates a request the powerful model serves may carry: RMA's target, or
+        the SBM target's lower cap on them (v5). One rule for clients, replicas and metrics."""
+        cap = self.sbm.extra_candidates
+        extra = self.rma.extra_candidates
+        return extra if cap is None else min(cap, extra)
+
 
 class OperatorOverride(Event, frozen=True, kw_only=True):
     """An operator's kill switch or caps on one scope (overrides topic, compacted, keyed by scope).

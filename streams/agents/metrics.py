@@ -135,9 +135,7 @@ class Metrics:
         self.targets.labels(scope, targets.reason).inc()
         self.extra.labels(scope).set(targets.rma.extra_candidates)
         self.coverage.labels(scope).set(targets.sbm.coverage)
-        cap = targets.sbm.extra_candidates
-        self.powerful_extra.labels(scope).set(targets.rma.extra_candidates if cap is None
-                                              else min(cap, targets.rma.extra_candidates))
+        self.powerful_extra.labels(scope).set(targets.powerful_extra_candidates)
         self.budget.labels(scope).set(targets.rma.budget_units_per_s)
         self.override_active.labels(scope).set(1.0 if targets.reason == "operator" else 0.0)
         for lever, why in (("rma", targets.rma.limited_by), ("sbm", targets.sbm.limited_by)):

@@ -400,10 +400,8 @@ class ScopeController:
         rma, sbm, seen = self.config.rma, self.config.sbm, self._observed
         per_unit = min(self.config.allocator.cpu_per_accel_for_rma * rma.candidates_per_cpu_unit_s,
                        rma_rate)
-        supply = self._supply.most
-        most = rma.max_extra_candidates if supply is None else min(rma.max_extra_candidates,
-                                                                    supply)
-        rma_units = most * self._rma.settled_rate(seen.ranking_rps) / per_unit
+        rma_units = (self._rma.most(self._supply.most) * self._rma.settled_rate(seen.ranking_rps)
+                     / per_unit)
         sbm_units = sbm.max_coverage * seen.total_rps / (sbm.headroom * sbm_rate)
         return _grid_up(rma_units), _grid_up(sbm_units)
 

@@ -133,7 +133,14 @@ class RmaPolicy:
         #: What kept the last target from being higher (see ``LimitReason``).
         self.limited_by: LimitReason = "hold"
 
-    def cap(self, budget_units_per_s: float, request_rate: float) -> float:
+    def most(self, supply: int | None = None) -> float:
+        """The most extra candidates a target may hold: the configured maximum, or fewer when
+        the callers offer fewer (``supply``, see ``CandidateSupply``)."""
+        top = float(self.config.max_extra_candidates)
+        return top if supply is None else min(top, float(supply))
+
+    def cap(self, budget_units_per_s: float, request_rate: float,
+            supply: int | None = None) -> float:
         """Most extra candidates per request the budget pays for at the settled request rate.
 
         The rate is the median of the last ``RATE_PERIODS`` periods' (``request_rate`` among
@@ -147,7 +154,7 @@ class RmaPolicy:
         if budget_units_per_s <= 0:
             return 0.0
         per_request = budget_units_per_s / self.spread_rate
-        return min(float(self.config.max_extra_candidates), per_request)
+        return min(self.most(supply), per_request)
 
     def settled_rate(self, request_rate: float) -> float:
         """Median of the recorded rates and ``request_rate`` (which is not recorded); of an
@@ -167,11 +174,9 @@ class RmaPolicy:
         """
         budget = max(0.0, budget_units_per_s)
         rate = ranking_request_rate(stats)
-        high = self.cap(budget, rate)
+        high = self.cap(budget, rate, supply)
         if ceiling is not None:
             high = min(high, ceiling)
-        if supply is not None:
-            high = min(high, float(supply))
         p99 = worst_p99(stats, "baseline")
         if p99 is not None:  # a period too thin to judge moves no state, this one included
             self._rates = [*self._rates, rate][-RATE_PERIODS:]

@@ -146,7 +146,7 @@ class SbmPolicy:
         Coverage is trimmed once powerful requests carry none. Returns the wanted coverage."""
         cap, trim = self.extra_cap, self.config.trim_factor
         if rma_extra > 0 and (cap is None or cap > 0):
-            self.extra_cap = math.floor(min(rma_extra if cap is None else cap, rma_extra) * trim)
+            self.extra_cap = math.floor((rma_extra if cap is None else min(cap, rma_extra)) * trim)
             return self.coverage
         return self.coverage * trim
 

@@ -40,6 +40,8 @@ class Targets:
     scope: str = REGION
     out_of_range: bool = False
     """Built in code past the contract's bounds (a negative budget), as a buggy sender would."""
+    powerful_extra: int | None = None
+    """The SBM target's cap on the extras of powerful requests (a v5 target)."""
 
 
 @dataclass(frozen=True)
@@ -123,12 +125,15 @@ CASES: tuple[Case, ...] = (
     Case("extras are trimmed to what fits under the delay bound, the rest overload", (
         Targets(1, extra=32), Rank(4, 32), Report()), ms_per_unit=1.0, max_queue_delay_ms=10.0),
     Case("a powerful replica queues a whole request to its deadline, past the ranking bound", (
-        Targets(1, extra=0, coverage=0.5), Rank(20, 20), Report()), model="powerful",
+        Targets(1, extra=20, coverage=0.5), Rank(20, 20), Report()), model="powerful",
         ms_per_unit=1.0, max_queue_delay_ms=10.0),
     Case("a powerful replica serves the base and keeps the extras that fit the queue bound", (
-        Targets(1, extra=0, coverage=0.5), Rank(4, 200), Report()), model="powerful",
+        Targets(1, extra=200, coverage=0.5), Rank(4, 200), Report()), model="powerful",
         ms_per_unit=1.0, max_queue_delay_ms=10.0),
     Case("powerful replica: whole requests, refused while baseline only", (
-        Rank(4, 4), Targets(1, extra=0, coverage=0.5), Rank(4, 4), Rank(6, 2),
+        Rank(4, 4), Targets(1, extra=8, coverage=0.5), Rank(4, 4), Rank(6, 2),
         Notice("p1"), Rank(4, 4), Report()), model="powerful"),
+    Case("a powerful replica holds a whole request's extras to RMA's target and SBM's cap", (
+        Targets(1, extra=6, coverage=0.5), Rank(4, 10), Targets(2, extra=6, powerful_extra=2),
+        Rank(4, 10), Report()), model="powerful"),
 )

@@ -36,7 +36,9 @@ def _targets(step: Targets, now: int) -> ControlTargets:
     return ControlTargets(scope=step.scope, epoch=step.epoch,
                           issued_at_ms=now - step.issued_ms_ago, ttl_ms=step.ttl_ms,
                           rma=RmaTarget(extra_candidates=step.extra, budget_units_per_s=budget),
-                          sbm=SbmTarget(coverage=step.coverage))
+                          sbm=SbmTarget(coverage=step.coverage,
+                                        extra_candidates=step.powerful_extra),
+                          v=2 if step.powerful_extra is None else 5)
 
 
 def _notice(step: Notice, now: int, pool_id: str) -> PreemptionNotice:

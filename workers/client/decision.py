@@ -144,13 +144,11 @@ class Decider:
     def _powerful_cap(self, eff: EffectiveTargets, available: int) -> int:
         """The candidates beyond its base a powerful request may carry: the SBM target's cap
         on their extras, the cut counted as ``over_target``."""
-        cap = eff.powerful_extra_cap
-        if cap is None:
-            return available
-        withheld = min(eff.extra_candidates, max(available, 0)) - cap
-        if withheld > 0:
-            self.bump("rma_shed", "over_target", withheld)
-        return min(available, cap)
+        wanted = min(eff.extra_candidates, max(available, 0))
+        allowed = min(wanted, eff.powerful_extra_candidates)
+        if allowed < wanted:
+            self.bump("rma_shed", "over_target", wanted - allowed)
+        return allowed
 
     def _extra(self, eff: EffectiveTargets, allowance: float, available: int,
                now_ms: int, *, budgeted: bool) -> int:

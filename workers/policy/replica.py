@@ -93,9 +93,7 @@ class ReplicaPolicy:
         """SBM: the extra candidates a whole request may carry, RMA's target or the SBM
         target's lower cap on powerful requests (its pools over their SLA). Called once
         ``whole_refusal`` let the request in; what fits the queue is admission's to say."""
-        cap = effective.powerful_extra_cap
-        limit = effective.extra_candidates if cap is None else min(effective.extra_candidates, cap)
-        allowed = min(max(requested, 0), limit)
+        allowed = min(max(requested, 0), effective.powerful_extra_candidates)
         return ExtraAllowance(allowed, "over_target" if allowed < requested else None)
 
     @staticmethod

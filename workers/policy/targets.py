@@ -53,9 +53,9 @@ class EffectiveTargets(msgspec.Struct, frozen=True):
     baseline_only: bool
     reason: str
     expires_at_ms: int = 0
-    #: At most this many extra candidates ride on a request the powerful model serves (the
-    #: SBM target's cap, its pools over their SLA); None: ``extra_candidates`` applies.
-    powerful_extra_cap: int | None = None
+    #: Extra candidates a request the powerful model serves may carry
+    #: (``ControlTargets.powerful_extra_candidates``; 0 while baseline only).
+    powerful_extra_candidates: int = 0
 
 
 def baseline_only(reason: str, epoch: int = -1) -> EffectiveTargets:
@@ -122,7 +122,7 @@ class TargetState:
             budget_units_per_s=clamped.rma.budget_units_per_s, segments=clamped.sbm.segments,
             epoch=clamped.epoch, baseline_only=False, reason=CLAMPED if was_clamped else ACCEPTED,
             expires_at_ms=self._expires_at_ms,
-            powerful_extra_cap=clamped.sbm.extra_candidates)
+            powerful_extra_candidates=clamped.powerful_extra_candidates)
         return self._count(TargetVerdict(True, CLAMPED if was_clamped else ACCEPTED))
 
     def current(self, now_ms: int) -> EffectiveTargets:
