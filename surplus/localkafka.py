@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import re
 import shutil
 import signal
@@ -47,6 +48,8 @@ STOP_TIMEOUT_S = 30.0
 CLUSTER_HEAP_MB = 384
 CLUSTER_START_TIMEOUT_S = 180.0
 MAX_BROKERS = 9
+# Ports picked for tests start here (below the ephemeral range, above the common services).
+PRIVATE_PORT_LOW = 20000
 
 
 class BrokerError(RuntimeError):
@@ -234,20 +237,33 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def _ephemeral_low() -> int:
+    """The first port the kernel hands out as a client's source port (32768 where unknown)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A port the OS says is free now (for tests that need a broker of their own)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port free now, below the ephemeral range (for tests that need a broker of their own).
+
+    A port the OS picks with ``bind(0)`` is an ephemeral one, and any client's outgoing
+    connection may be given it as its source port before the broker binds it (a node then
+    fails to start with "Address already in use"); below the range only a listener can take it.
+    """
+    return free_port_block(1)
 
 
-def free_port_block(count: int, attempts: int = 50) -> int:
-    """The first of ``count`` consecutive ports free now (for a cluster of one's own)."""
+def free_port_block(count: int, attempts: int = 200) -> int:
+    """The first of ``count`` consecutive ports free now, below the ephemeral range."""
+    high = _ephemeral_low() - count
     for _ in range(attempts):
-        base = free_port()
-        if base + count <= 65536 and all(_port_free(base + i) for i in range(1, count)):
+        base = random.randrange(PRIVATE_PORT_LOW, high)
+        if all(_port_free(base + i) for i in range(count)):
             return base
-    raise BrokerError(f"no {count} consecutive free ports on 127.0.0.1")
+    raise BrokerError(f"no {count} consecutive free ports on 127.0.0.1 in "
+                      f"{PRIVATE_PORT_LOW}-{high + count}")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -418,7 +434,10 @@ def _last_log_line(data_dir: Path) -> str:
     except OSError:
         return "no broker log"
     errors = [ln for ln in lines if " ERROR " in ln or "Exception" in ln]
-    return (errors or lines or ["empty broker log"])[-1][:300]
+    if errors:
+        # The first error is the cause; what follows is often the shutdown it set off.
+        return errors[0][:300] + (f" (then: {errors[-1][:200]})" if len(errors) > 1 else "")
+    return (lines or ["empty broker log"])[-1][:300]
 
 
 def _terminate(*pids: int, timeout_s: float = STOP_TIMEOUT_S) -> None:
