@@ -4,7 +4,10 @@ rules can rely on the conventions Prometheus users expect."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -60,3 +63,26 @@ def test_the_worker_reports_queue_delay_and_budget_in_base_units() -> None:
     assert registry.get_sample_value("surplus_worker_queue_delay_seconds") == 0.0015
     assert registry.get_sample_value("surplus_worker_targets_budget_units_per_second") == 0.0
     assert registry.get_sample_value("surplus_worker_queue_delay_ms") is None
+
+
+DASHBOARD = Path(__file__).resolve().parents[3] / "infra/grafana/dashboards/surplus.json"
+_SERIES = re.compile(r"\bsurplus_[a-z0-9_]+")
+_SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created")
+
+
+def _exposed_families() -> set[str]:
+    return {family.name for build in REGISTRIES.values() for family in build().collect()}
+
+
+def test_every_dashboard_query_reads_a_series_some_process_exposes() -> None:
+    """A renamed metric would otherwise leave its panel silently empty."""
+    exposed = _exposed_families()
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    missing = set()
+    for panel in panels:
+        for target in panel.get("targets", []):
+            for name in _SERIES.findall(target["expr"]):
+                base = next((name[:-len(s)] for s in _SUFFIXES if name.endswith(s)), name)
+                if name not in exposed and base not in exposed:
+                    missing.add(f"{panel['title']}: {name}")
+    assert not missing, sorted(missing)
