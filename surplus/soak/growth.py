@@ -36,10 +36,12 @@ LAG_FLOOR = 100.0
 #: Counts judged by each window's lowest sample, not its mean (see the module docstring).
 BY_LOWEST = frozenset({"fds", "threads"})
 #: Whole handles a count may rise by whatever the ratio says: a keep-alive pool settles a
-#: few connections higher when requests take longer (29 -> 32 fds on a worker in a 2.5 min
-#: soak), where 10% of 29 is under three. A leak keeps rising past it (one fd a minute is
-#: +8 in the short soak, +30 in a 30 min one).
-COUNT_SLACK = 4.0
+#: few connections higher when requests take longer or come in a burst (29 -> 32 fds on a
+#: worker in a 2.5 min soak; 33 -> 38 on the load generator in one step at a burst, level for
+#: the 50 s after it), where 10% of 30 is three. A leak keeps rising past it: one fd a minute
+#: is +8 between the windows of a 10 min soak and +30 in a 30 min `make soak`; the 2.5 min
+#: soak of the integration test catches only a fast one.
+COUNT_SLACK = 7.0
 
 Series = Mapping[str, Mapping[str, Sequence[tuple[float, float]]]]
 """process -> measure -> [(seconds into the run, value)], in time order."""

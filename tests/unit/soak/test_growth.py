@@ -62,6 +62,13 @@ def test_a_count_a_few_handles_higher_is_a_settled_pool_not_a_leak() -> None:
     assert v.ok and v.growth is not None and v.growth > 1.10
 
 
+def test_a_pool_that_steps_up_at_a_burst_and_stays_level_is_not_a_leak() -> None:
+    # the load generator in a 2.5 min soak: 33 fds, then 38 from a burst on, level after it
+    stepped = [(t, 33.0 if t < 300 else 38.0) for t, _ in _flat(0)]
+    [v] = growth.judge({"loadgen": {"fds": stepped}}, {"loadgen": ["fds"]}, SPAN, 0.10, {})
+    assert v.ok and (v.start, v.end) == (33.0, 38.0)
+
+
 def test_rss_is_judged_by_its_mean() -> None:
     points = _flat(100.0)
     points[-2] = (points[-2][0], 140.0)  # garbage not yet collected at one sample
