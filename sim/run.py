@@ -12,8 +12,10 @@ never hold wall-clock times: the same scenario, seed and controller give byte-id
 from __future__ import annotations
 
 import csv
+import multiprocessing
 import sys
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -77,13 +79,12 @@ def compare(scenario: str | Path, controllers: Sequence[str], out_dir: str | Pat
                          f"{best_static.NAME} (alias: pid = surplus)")
     grid = best_static.resolve_grid(sc, static_grid) if best_static.NAME in names else None
     out = Path(out_dir)
-    runs = {}
-    for name in names:
-        if grid is not None and name == best_static.NAME:
-            runs[name] = best_static.sweep(sc, base, out / name, grid, jobs=jobs,
-                                           progress=progress)
-        else:
-            runs[name] = run_loaded(sc, base, name, out / name, progress=progress)
+    singles = [name for name in names if not (grid is not None and name == best_static.NAME)]
+    runs = _run_controllers(sc, base, singles, out, jobs=jobs, progress=progress)
+    if grid is not None:
+        runs[best_static.NAME] = best_static.sweep(sc, base, out / best_static.NAME, grid,
+                                                   jobs=jobs, progress=progress)
+    runs = {name: runs[name] for name in names}
     table = {name: {key: runs[name][key] for key in HEADLINE} for name in names}
     summary = {"scenario": sc.name, "seed": sc.seed, "duration_s": sc.duration_s,
                "controllers": names, "table": table, "runs": runs}
@@ -171,3 +172,23 @@ def write_report(out: Path, sc: Scenario, names: Sequence[str],
         notes.append(f"Arrivals: {AZURE_ATTRIBUTION}.")
     return html_page(out / "report.html", f"Scenario {sc.name}: {', '.join(names)} "
                      f"(seed {sc.seed}, {sc.duration_s:,.0f} s)", table, images, notes)
+
+
+def _run_controllers(sc: Scenario, base: Path, names: Sequence[str], out: Path, *, jobs: int,
+                     progress: bool) -> dict[str, dict[str, Any]]:
+    """Each controller's run, ``jobs`` at a time in processes of their own: the runs share
+    nothing but the scenario, and a simulated day under four controllers took 13 minutes one
+    after another on two cores. Each run is seeded, so where it ran does not change it."""
+    if jobs <= 1 or len(names) <= 1:
+        return {name: run_loaded(sc, base, name, out / name, progress=progress)
+                for name in names}
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(min(jobs, len(names)), mp_context=context) as pool:
+        futures = {pool.submit(run_loaded, sc, base, name, out / name): name for name in names}
+        runs = {}
+        for future in as_completed(futures):
+            runs[futures[future]] = future.result()
+            if progress:
+                sys.stderr.write(f"{sc.name} [{futures[future]}]: "
+                                 f"{sc.duration_s:,.0f} s simulated\n")
+    return runs

@@ -26,7 +26,8 @@ def simulate(
         help="best-static's grid, e.g. 'extra=0,8,16,32 coverage=0,0.1,0.2' [budget=B] "
              "(default: the scenario's [controllers.best_static]).")] = None,
     jobs: Annotated[int, typer.Option(
-        help="Processes for best-static's sweep.", min=1)] = 2,
+        help="Processes for the compared controllers and best-static's sweep (results do "
+             "not depend on it).", min=1)] = 2,
     seed: Annotated[int | None, typer.Option(help="Override the scenario's seed.")] = None,
     duration: Annotated[float | None, typer.Option(
         help="Override the scenario's duration (seconds).")] = None,
