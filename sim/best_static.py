@@ -17,16 +17,15 @@ and results are ordered by grid point, so the pool size never changes a result f
 
 from __future__ import annotations
 
-import multiprocessing
 import shutil
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from sim import pool
 from sim.scenario import BestStaticConfig, Scenario, StaticConfig
 from streams.replay_output import Progress, dump_json
 
@@ -148,16 +147,9 @@ def sweep(sc: Scenario, base: Path, out: Path, grid: Grid, *, jobs: int = 2,
         meter.update(f"{len(results)}/{len(points)} static runs; {best}", force=True)
 
     meter.update(f"0/{len(points)} static runs", force=True)
-    if jobs <= 1 or len(points) == 1:
-        for p in points:
-            record(p, _run_point(sc, base, settings[p], dirs[p]))
-    else:
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(min(jobs, len(points)), mp_context=context) as pool:
-            futures = {pool.submit(_run_point, sc, base, settings[p], dirs[p]): p
-                       for p in points}
-            for future in as_completed(futures):
-                record(futures[future], future.result())
+    calls = {p: (_run_point, (sc, base, settings[p], dirs[p])) for p in points}
+    for p, summary in pool.each(calls, jobs):
+        record(p, summary)
     table = [_row(p, results[p]) for p in points]
     chosen = choose_best(table)
     point = (chosen["extra_candidates"], chosen["coverage"])

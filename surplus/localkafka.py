@@ -396,14 +396,14 @@ def up(port: int = DEFAULT_PORT, data_dir: Path = DEFAULT_DATA,
         if proc.poll() is not None:
             (data_dir / "broker.pid").unlink(missing_ok=True)
             raise BrokerError(f"broker exited during start (code {proc.returncode}): "
-                              f"{_last_log_line(data_dir)}")
+                              f"{_log_cause(data_dir)}")
         if serves_metadata(info.bootstrap, timeout_s=1.0):
             return BrokerInfo(proc.pid, port, data_dir, time.monotonic() - started), True
         time.sleep(0.2)
     _terminate(proc.pid)
     (data_dir / "broker.pid").unlink(missing_ok=True)
     raise BrokerError(f"broker did not serve metadata within {timeout_s:.0f}s: "
-                      f"{_last_log_line(data_dir)}")
+                      f"{_log_cause(data_dir)}")
 
 
 def _start_jvm(java: str, config: Path, data_dir: Path, port: int,
@@ -428,7 +428,7 @@ def gc_pauses(text: str) -> list[tuple[int, float]]:
     return [(int(m["at"]), float(m["ms"])) for m in _GC_PAUSE.finditer(text)]
 
 
-def _last_log_line(data_dir: Path) -> str:
+def _log_cause(data_dir: Path) -> str:
     try:
         lines = (data_dir / "broker.log").read_text(errors="replace").strip().splitlines()
     except OSError:
@@ -608,7 +608,7 @@ def _wait_cluster(procs: dict[int, subprocess.Popen[bytes]], data_dir: Path, por
         for node_id, proc in procs.items():
             if proc.poll() is not None:
                 raise BrokerError(f"node {node_id} exited during start (code {proc.returncode}): "
-                                  f"{_last_log_line(data_dir / f'node-{node_id}')}")
+                                  f"{_log_cause(data_dir / f'node-{node_id}')}")
         for node_id in sorted(waiting):
             client, _ = _node_ports(port, node_id)
             if brokers_seen(f"127.0.0.1:{client}", timeout_s=1.0) >= brokers:
@@ -619,7 +619,7 @@ def _wait_cluster(procs: dict[int, subprocess.Popen[bytes]], data_dir: Path, por
     node_id = min(waiting)
     raise BrokerError(f"node {node_id} did not serve metadata of {brokers} brokers within "
                       f"{timeout_s:.0f}s: "
-                      f"{_last_log_line(data_dir / f'node-{node_id}')}")
+                      f"{_log_cause(data_dir / f'node-{node_id}')}")
 
 
 def down_cluster(data_dir: Path = DEFAULT_DATA) -> ClusterInfo | None:
