@@ -41,7 +41,7 @@ async def rank_once() -> None:
     await server.start_server()
     url = str(server.make_url("")).rstrip("/")
     config = ClientConfig(scope="eu1", baseline_urls=[url], powerful_urls=[url],
-                          router=RouterConfig(explore_rate=0.0))
+                          router=RouterConfig(explore_rate=0.0), holdout_fraction=0.0)
     try:
         async with RankingClient(config) as client:
             client.apply_targets(ControlTargets(
