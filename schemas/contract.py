@@ -263,7 +263,9 @@ class RoutingOutcome(Event, frozen=True, kw_only=True):
     value: Annotated[float, Meta(ge=-1e6, le=1e6)] | None = None
     explored: bool = False
     extra: Annotated[int, Meta(ge=0, le=10_000)] = 0
-    """Extra candidates sent with the request (RMA)."""
+    """Extra candidates scored for the request (RMA): the replica's ``optional_scored``, not
+    those sent, so what a request's value is compared against is the work it got (clients
+    before 2026-12 logged those sent: the same figure unless a replica shed some)."""
     propensity: Annotated[float, Meta(gt=0.0, le=1.0)] = 1.0
     """P(the router picks ``model``) for this request: the logged propensity."""
     holdout: bool = False

@@ -431,8 +431,9 @@ class Simulation:
         e2e = req.finished_ms - req.arrival_ms
         worker.answered(req)
         if req.powerful_done:
-            units = req.base + req.opt_units  # the extras the powerful replica kept
-            rma = rc.rma_value(req.opt_units)
+            done = req.opt_units          # the extras the powerful replica kept
+            units = req.base + done
+            rma = rc.rma_value(done)
             self.metrics.powerful_done(rc.name, e2e, units, seg.gain, rma)
             model: Model = "powerful"
         else:
@@ -456,7 +457,7 @@ class Simulation:
             v=SUPPLY_VERSION, ts_ms=int(req.finished_ms), scope=rc.name,
             request_id=request_id, segment=seg.name, model=model,
             explored=req.explored and not req.fell_back,
-            extra=req.extra if not req.fell_back else 0,
+            extra=done if not req.fell_back else 0,   # as the live client logs: scored
             propensity=propensity, holdout=holdout, available=rc.max_extra_candidates))
         draws = self.rng_labels.random(4)
         fate = self.sc.labels.fate(float(draws[0]), float(_normal_from(draws[1], draws[2])),

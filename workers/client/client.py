@@ -401,8 +401,7 @@ class RankingClient:
             v=SUPPLY_VERSION, ts_ms=self._clock(), scope=self.config.scope,
             request_id=request.request_id, segment=request.segment, model=model,
             value=value, explored=decision.explored and fell_back is None,
-            extra=max(len(request.candidates) - request.base_count, 0)
-            if fell_back is None else 0,
+            extra=response.optional_scored if fell_back is None else 0,
             propensity=propensity, holdout=decision.holdout, available=offered)
         batch = self._batch
         if not batch and not self._labels:
