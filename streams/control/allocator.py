@@ -9,6 +9,11 @@ the first covered requests are worth the most). Maximising a sum of concave piec
 functions under linear capacity constraints is a linear programme, solved with
 ``scipy.optimize.linprog`` (HiGHS, deterministic).
 
+Lent units are fungible (either model can be loaded on them) unless their pool's replicas
+report which model they serve (``CapacityVector.pinned``): then they go to that model's lever
+or to nothing. Planning a powerful replica's unit as RMA budget, as a fungible split would,
+starves SBM of a replica that cannot rank, and pays RMA for candidates no replica can score.
+
 Two tie-breaks keep answers sensible when several allocations are worth the same: every
 allocated unit costs a hair (no capacity is handed out for zero value), and RMA pays a hair
 more on accelerators the powerful model can run on, so it uses the others first.
@@ -101,8 +106,11 @@ def allocate(capacity: CapacityVector, config: AllocatorConfig, *,
     a_eq[0, :n], a_eq[0, 2 * n:2 * n + nr] = 1.0, -1.0
     a_eq[1, n:2 * n], a_eq[1, 2 * n + nr:] = 1.0, -1.0
 
-    bounds = ([(0.0, None)] * n
-              + [(0.0, None if kind in powerful else 0.0) for kind in types]
+    # a pool serving one model gives its units to that model's lever only
+    bounds = ([(0.0, capacity.accel[kind] - capacity.pinned_to("powerful", kind))
+               for kind in types]
+              + [(0.0, capacity.accel[kind] - capacity.pinned_to("baseline", kind)
+                  if kind in powerful else 0.0) for kind in types]
               + [(0.0, w) for w, _ in rma_seg] + [(0.0, w) for w, _ in sbm_seg])
     result = linprog(cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.zeros(2), bounds=bounds,
                      method="highs")
@@ -122,7 +130,8 @@ def sbm_limit(sbm_units: float, capacity: CapacityVector, config: AllocatorConfi
     a coverage held by the value curve read as such rather than as a full pool."""
     tol = 1e-6
     powerful = set(config.powerful_model_accelerators)
-    usable = sum(v for k, v in sorted(capacity.accel.items()) if k in powerful and v > 0)
+    usable = sum(v - capacity.pinned_to("baseline", k) for k, v in sorted(capacity.accel.items())
+                 if k in powerful and v > 0)
     if sbm_units >= usable - tol:
         return "capacity"
     worth = sum(w for w, v in config.sbm_value_segments if v > 0)
@@ -134,7 +143,8 @@ def sbm_limit(sbm_units: float, capacity: CapacityVector, config: AllocatorConfi
 def _allocation(x: np.ndarray, types: list[str], capacity: CapacityVector,
                 config: AllocatorConfig) -> Allocation:
     n = len(types)
-    rma = {kind: _units(x[i], capacity.accel[kind]) for i, kind in enumerate(types)}
+    rma = {kind: _units(x[i], capacity.accel[kind] - capacity.pinned_to("powerful", kind))
+           for i, kind in enumerate(types)}
     sbm = {kind: _units(x[n + i], capacity.accel[kind] - rma[kind])
            for i, kind in enumerate(types)}
     rma = {k: v for k, v in rma.items() if v > 0}

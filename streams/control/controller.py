@@ -96,6 +96,10 @@ class Observed(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     """Measured capacity_rps per opportunistic powerful-model pool id."""
     provisioned_units_per_s: float = 0.0
     """Extra candidates/s the provisioned ranking replicas have room for (``rma``)."""
+    serving: dict[str, str] = {}
+    """Opportunistic pool id -> the model its replicas last reported serving (kept while the
+    inventory knows the pool: granted, or reclaimed and may return): the allocator gives
+    those units to that model's lever only."""
 
 
 class ControllerState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -352,7 +356,28 @@ class ScopeController:
                     if w.tier == "opportunistic" and w.capacity_rps > 0}
         return Observed(ranking_rps=ranking, total_rps=total, powerful_capacity=capacity,
                         provisioned_units_per_s=provisioned_headroom(
-                            stats, self.config.cost.provisioned_utilisation))
+                            stats, self.config.cost.provisioned_utilisation),
+                        serving=self._serving(stats))
+
+    def _serving(self, stats: list[WindowStats]) -> dict[str, str]:
+        """Which model each lent pool's replicas serve, when the grants say so: while every
+        opportunistic replica reports from a pool the inventory knows. One reporting from a
+        pool without a grant runs on units granted under another pool id, so the grants are
+            not split by model and every unit stays fungible; so do those of a pool whose
+        replicas serve both models."""
+        lent = [w for w in stats if w.tier == "opportunistic"]
+        if any(not self._inventory.knows(w.pool_id) for w in lent):
+            return {}
+        models: dict[str, set[str]] = {}
+        for w in lent:
+            models.setdefault(w.pool_id, set()).add(w.model)
+        serving = dict(self._observed.serving)
+        for pool, seen in models.items():
+            if len(seen) == 1:
+                serving[pool] = next(iter(seen))
+            else:
+                serving.pop(pool, None)
+        return {p: serving[p] for p in sorted(serving) if self._inventory.knows(p)}
 
     def _rates(self) -> tuple[float, float]:
         """What one accelerator unit may plan to do, at the measured cost: extra candidates/s
@@ -366,7 +391,7 @@ class ScopeController:
 
     def _allocate(self, now_ms: int, rates: tuple[float, float]) -> Allocation:
         """Allocation of the scope's live capacity (re-solved only when capacity changed)."""
-        capacity = self._inventory.available(self.scope, now_ms)
+        capacity = self._inventory.available(self.scope, now_ms, self._observed.serving)
         rma_max, sbm_max = self._demand_units(*rates)
         config = self.config.allocator
         curves = None
@@ -456,7 +481,8 @@ class ScopeController:
     @property
     def capacity(self) -> CapacityVector:
         """Live capacity as of the last tick or event time seen (for telemetry)."""
-        return self._inventory.available(self.scope, self._last_tick_ms or 0)
+        return self._inventory.available(self.scope, self._last_tick_ms or 0,
+                                         self._observed.serving)
 
     def lift_report(self, now_ms: int) -> LiftReport:
         """The measured lift and the join's counts, for the estimates topic and the log."""

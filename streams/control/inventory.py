@@ -12,6 +12,8 @@ and is ignored instead of resurrecting capacity that has already been taken back
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import msgspec
 
 from schemas.contract import CapacityEvent, PreemptionNotice
@@ -38,6 +40,13 @@ class CapacityVector(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
 
     cpu_units: float = 0.0
     accel: dict[str, float] = {}
+    pinned: dict[str, dict[str, float]] = {}
+    """Of ``accel``, the units of pools whose replicas serve one model (model -> type ->
+    units): a powerful-model replica cannot rank more candidates, nor a ranking replica
+    serve the powerful model. The rest may go to either lever."""
+
+    def pinned_to(self, model: str, accelerator: str) -> float:
+        return self.pinned.get(model, {}).get(accelerator, 0.0)
 
     @property
     def accel_units(self) -> float:
@@ -106,10 +115,13 @@ class PoolInventory:
             del self._preempted[pool]
         return lapsed
 
-    def available(self, region: str, now_ms: int) -> CapacityVector:
-        """Live capacity of ``region`` at ``now_ms`` (lapsed grants count as gone already)."""
+    def available(self, region: str, now_ms: int,
+                  serving: Mapping[str, str] | None = None) -> CapacityVector:
+        """Live capacity of ``region`` at ``now_ms`` (lapsed grants count as gone already).
+        ``serving`` (pool id -> model its replicas report) pins those pools' units."""
         cpu = 0.0
         accel: dict[str, float] = {}
+        pinned: dict[str, dict[str, float]] = {}
         for pool in sorted(self._grants):
             grant = self._grants[pool]
             if grant.region != region:
@@ -120,10 +132,20 @@ class PoolInventory:
             if grant.accelerator_units > 0:
                 accel[grant.accelerator] = accel.get(grant.accelerator, 0.0) + \
                     grant.accelerator_units
-        return CapacityVector(cpu_units=cpu, accel={k: accel[k] for k in sorted(accel)})
+                model = (serving or {}).get(pool)
+                if model is not None:
+                    by_type = pinned.setdefault(model, {})
+                    by_type[grant.accelerator] = (by_type.get(grant.accelerator, 0.0)
+                                                  + grant.accelerator_units)
+        return CapacityVector(cpu_units=cpu, accel={k: accel[k] for k in sorted(accel)},
+                              pinned={m: dict(sorted(pinned[m].items())) for m in sorted(pinned)})
 
     def grant(self, pool_id: str) -> Grant | None:
         return self._grants.get(pool_id)
+
+    def knows(self, pool_id: str) -> bool:
+        """Holds a grant, or was reclaimed within the tombstone's time (it may come back)."""
+        return pool_id in self._grants or pool_id in self._preempted
 
     @property
     def state(self) -> InventoryState:

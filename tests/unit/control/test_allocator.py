@@ -105,3 +105,20 @@ def test_sbm_limit_names_what_held_its_share_the_pool_the_split_or_the_curve() -
     served = allocate(CapacityVector(cpu_units=100.0, accel={"a100": 10.0}), FLAT_SBM_RICH,
                       sbm_max_units=2.5)
     assert served.sbm_limit == "demand"
+
+
+def test_units_of_a_pool_serving_one_model_go_to_that_models_lever_only() -> None:
+    pinned = CapacityVector(cpu_units=100.0, accel={"a100": 6.0},
+                            pinned={"baseline": {"a100": 2.0}, "powerful": {"a100": 4.0}})
+    alloc = allocate(pinned, FLAT_RMA_RICH)             # RMA pays more, yet gets its pool only
+    assert alloc.rma_accel == {"a100": 2.0} and alloc.sbm_accel == {"a100": 4.0}
+    assert alloc.sbm_limit == "capacity"
+    fungible = allocate(CapacityVector(cpu_units=100.0, accel={"a100": 6.0}), FLAT_RMA_RICH)
+    assert fungible.rma_accel == {"a100": 6.0} and fungible.sbm_accel == {}
+
+
+def test_units_pinned_to_ranking_leave_sbm_the_rest_and_say_it_is_capacity_bound() -> None:
+    capacity = CapacityVector(cpu_units=100.0, accel={"a100": 6.0},
+                              pinned={"baseline": {"a100": 5.0}})
+    alloc = allocate(capacity, FLAT_SBM_RICH)
+    assert alloc.sbm_accel == {"a100": 1.0} and alloc.sbm_limit == "capacity"

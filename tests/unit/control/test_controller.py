@@ -324,3 +324,18 @@ def test_provisioned_ranking_replicas_with_room_add_to_the_rma_budget() -> None:
     room = 0.5 * 500.0 - 100.0                 # to provisioned_utilisation, less baseline work
     assert targets.rma.budget_units_per_s == pytest.approx(room)
     assert targets.rma.extra_candidates > 0
+
+
+def test_a_lent_pool_whose_replicas_serve_one_model_is_planned_for_that_lever_only() -> None:
+    c = ScopeController("eu1", CONFIG)     # RANK_POOL's replicas rank, POWERFUL_POOL's do not
+    c.on_capacity(grant(RANK_POOL, accel=2.0, cpu=64.0, expires_at_ms=FOREVER), 0)
+    c.on_capacity(grant(POWERFUL_POOL, accel=14.0, cpu=64.0, expires_at_ms=FOREVER), 0)
+    run(c, 0, 2)
+    assert c.capacity.pinned == {"baseline": {"a100": 2.0}, "powerful": {"a100": 14.0}}
+    assert c.allocation.rma_accel == {"a100": 2.0}  # unpinned, RMA's curve would take more
+
+
+def test_lent_units_stay_fungible_while_a_replica_reports_from_a_pool_without_a_grant() -> None:
+    c = granted(pools=(RANK_POOL,))        # the powerful replica runs on RANK_POOL's units
+    run(c, 0, 2)
+    assert c.allocation.sbm_accel_units > 0
