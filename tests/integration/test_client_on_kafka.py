@@ -126,6 +126,7 @@ async def test_every_request_publishes_an_outcome_keyed_by_scope(kafka: KafkaSet
         assert (o.segment, o.model, o.value) == (f"s{i % 3}", r.response.model, None)
         assert 0.0 < o.propensity <= 1.0 and o.holdout == r.decision.holdout
         assert (o.v, o.available) == (6, 2)      # what the caller offered, sent or not
+        assert o.extra == (r.response.optional_scored if r.fell_back is None else 0)  # scored
         if r.fell_back is None:
             assert o.propensity == r.decision.propensity
     assert client.summary()["decisions"]["outcomes"]["published"] == 40
