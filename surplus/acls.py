@@ -85,7 +85,11 @@ def required_acls(component: Component, prefix: str = DEFAULT_PREFIX,
                         "its targets feed's group id (assigned by hand, commits nothing)")]
     if component == "scheduler":
         return [_topic(prefix, "capacity", WRITE, "grants and revokes"),
-                _topic(prefix, "preemption", WRITE, "PreemptionNotices")]
+                _topic(prefix, "preemption", WRITE, "PreemptionNotices"),
+                _topic(prefix, "replicas", READ,
+                       "where reclaimed replicas listen: each notice is posted to them too"),
+                AclRule("group", CLIENT_GROUPS, "prefixed", ("DESCRIBE",),
+                        "its replicas feed's group id (assigned by hand, commits nothing)")]
     if component == "capacity-agent":
         return [_topic(prefix, "preemption", WRITE,
                        "its replica's PreemptionNotices (spot interruption, preStop)")]

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import logging
 import signal
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings, preflight
+
+if TYPE_CHECKING:
+    from schemas.contract import PreemptionNotice
 
 SOURCES = ("aws", "k8s")
 
@@ -39,6 +42,10 @@ def capacity_agent(
     hook_host: Annotated[str, typer.Option(help="Address of the termination hook.")]
     = "127.0.0.1",
     hook_port: Annotated[int, typer.Option(help="Port of the termination hook (k8s).")] = 8089,
+    worker_url: Annotated[str | None, typer.Option(
+        help="The replica's own base URL (http://127.0.0.1:PORT in its pod): each notice is "
+             "also posted to its /v1/preempt, so it stops optional work without waiting for "
+             "Kafka's delivery.")] = None,
     bootstrap: Bootstrap = None,
     prefix: Prefix = None,
     loglevel: Annotated[str, typer.Option(help="Log level.")] = "info",
@@ -46,6 +53,7 @@ def capacity_agent(
     """Send a PreemptionNotice for this replica when its machine is being taken back."""
     from workers.capacity.agent import CapacityAgent, NoticeSender, serve_hook
     from workers.capacity.decide import NoticeDecider, Replica
+    from workers.capacity.direct import DirectNotices
     from workers.capacity.imds import Imds
 
     logging.basicConfig(level=loglevel.upper(),
@@ -57,6 +65,8 @@ def capacity_agent(
         fail(f"--on-rebalance {on_rebalance!r}: give log or notice")
     if poll_s <= 0 or grace_s < 0 or rebalance_deadline_s < 0:
         fail("--poll-s must be positive, --grace-s and --rebalance-deadline-s not negative")
+    if worker_url is not None and not worker_url.startswith(("http://", "https://")):
+        fail(f"--worker-url {worker_url!r}: give the replica's base URL, http://host:port")
     try:
         replica = Replica(worker_id=worker_id, pool_id=pool,
                           accelerator_units=accelerator_units, cpu_units=cpu_units)
@@ -68,7 +78,14 @@ def capacity_agent(
     kafka = kafka_settings(bootstrap, prefix)
     preflight(kafka, timeout_s=5.0)
     sender = NoticeSender(kafka, client_id=f"surplus-capacity-agent-{worker_id}")
-    agent = CapacityAgent(decider, sender.send, imds=imds, poll_s=poll_s, grace_s=grace_s)
+    direct = DirectNotices() if worker_url is not None else None
+
+    def send(notice: PreemptionNotice) -> bool:
+        if direct is not None and worker_url is not None:
+            direct.send(notice, [worker_url])  # the replica first; Kafka tells the rest
+        return sender.send(notice)
+
+    agent = CapacityAgent(decider, send, imds=imds, poll_s=poll_s, grace_s=grace_s)
 
     terminated: list[int] = []
 
@@ -96,3 +113,5 @@ def capacity_agent(
         pass
     finally:
         sender.close()
+        if direct is not None:
+            direct.close()

@@ -23,6 +23,11 @@ def scheduler(
     metrics_host: MetricsHost = "127.0.0.1",
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the schedule and exit; nothing is sent.")] = False,
+    direct: Annotated[bool, typer.Option(
+        "--direct/--kafka-only",
+        help="Also post each notice to the replicas it reclaims (their /v1/preempt, at the "
+             "endpoints the replicas topic announces), as a platform calls a pod's preStop "
+             "hook; Kafka still carries it to the fleet.")] = True,
     bootstrap: Bootstrap = None,
     prefix: Prefix = None,
 ) -> None:
@@ -35,7 +40,7 @@ def scheduler(
     from sim import schedule
     from sim.scenario import ScenarioError
     from surplus.demo import plan
-    from surplus.demo.scheduler import Scheduler
+    from surplus.demo.scheduler import ReplicaDirectory, Scheduler
 
     try:
         scn, base = plan.load(scenario, duration)
@@ -53,15 +58,24 @@ def scheduler(
     start = start_at_ms if start_at_ms is not None else wall_ms()
     typer.echo(f"scheduler: {len(actions)} actions over {scn.duration_s:.0f}s for "
                f"{', '.join(r.name for r in scn.regions)} on {settings.bootstrap}")
+    directory = ReplicaDirectory(settings) if direct else None
     try:
         runner = Scheduler(actions, settings, start,
                            say=lambda line: typer.echo(line), metrics_port=metrics_port,
-                           metrics_host=metrics_host)
+                           metrics_host=metrics_host, directory=directory)
     except OSError as exc:
         fail(f"cannot serve metrics on port {metrics_port}: {exc}")
-    stats = runner.run(stop, end_ms=scn.duration_ms)
+    if directory is not None:
+        directory.start()
+    try:
+        stats = runner.run(stop, end_ms=scn.duration_ms)
+    finally:
+        if directory is not None:
+            directory.stop()
     sent = ", ".join(f"{k} {v}" for k, v in sorted(stats.sent.items()))
+    posted = ", ".join(f"{k} {v}" for k, v in stats.direct.items())
     typer.echo(f"scheduler stopped after {(wall_ms() - start) / 1000:.1f}s: sent {sent or 'none'}"
-               f", {stats.failed} undelivered")
+               f", {stats.failed} undelivered"
+               + (f"; notices posted to replicas: {posted}" if posted else ""))
     if stats.failed:
         fail(f"{stats.failed} messages not delivered: {stats.first_error}")

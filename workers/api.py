@@ -23,6 +23,10 @@ from schemas.contract import ModelKind
 
 API_VERSION = 1
 RANK_PATH = "/v1/rank"
+#: Where a replica takes a `PreemptionNotice` (JSON) straight from the platform beside it: the
+#: capacity agent in its pod, the scheduler that lends it. Kafka carries the same notice to
+#: the rest of the fleet; whichever copy comes first stops optional work.
+NOTICE_PATH = "/v1/preempt"
 
 MAX_CANDIDATES = 4096
 MAX_SPARSE_IDS = 256

@@ -6,6 +6,11 @@ It stands in for the cluster scheduler that lends idle capacity to Surplus. Each
 flushed as it is sent (a few a second at most), so a notice's ``ts_ms`` is within a
 millisecond or two of the moment it was on its way: workers measure their reaction from it.
 On stop, every pool still lent is revoked, so the run ends with no capacity on the books.
+
+A notice also goes straight to the replicas it reclaims, ``POST /v1/preempt`` on the
+endpoints their membership announces (``ReplicaDirectory``, ``workers.capacity.direct``), as
+Kubernetes calls a pod's preStop hook: they stop optional work without waiting for Kafka's
+delivery, and apply the Kafka copy that follows as a duplicate.
 """
 
 from __future__ import annotations
@@ -19,8 +24,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from schemas import kafka_clients
 from schemas.clock import wall_ms
 from schemas.codec import encode
+from schemas.contract import PreemptionNotice, ReplicaAnnouncement
 from schemas.kafka_config import KafkaSettings
 from sim.schedule import Action, Outbox
+from workers.capacity.direct import DirectNotices
+from workers.client.feed import MembershipFeed
+from workers.policy.membership import Membership
 
 
 @dataclass
@@ -28,6 +37,8 @@ class SchedulerStats:
     sent: dict[str, int] = field(default_factory=dict)
     failed: int = 0
     first_error: str | None = None
+    #: Notices posted straight to replicas, by what each answered (see ``DirectNotices``).
+    direct: dict[str, int] = field(default_factory=dict)
 
 
 class SchedulerMetrics:
@@ -46,13 +57,43 @@ class SchedulerMetrics:
             self.lent.labels(action.pool_id).set(action.lent_after)
 
 
+class ReplicaDirectory:
+    """Where each replica listens, from the replicas topic (followed on a feed thread)."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self._members = Membership()
+        self._lock = threading.Lock()
+        self._feed = MembershipFeed(kafka, "scheduler", self._deliver)
+
+    def start(self) -> None:
+        self._feed.start()
+
+    def stop(self) -> None:
+        self._feed.stop()
+
+    def urls(self, notice: PreemptionNotice) -> tuple[str, ...]:
+        with self._lock:
+            return self._members.reclaimed(notice.pool_id, notice.replicas, wall_ms())
+
+    def _deliver(self, replica_id: str, announcement: ReplicaAnnouncement | None) -> None:
+        with self._lock:
+            if announcement is None:
+                self._members.withdraw(replica_id)
+            else:
+                self._members.offer(announcement, wall_ms())
+
+
 class Scheduler:
     """Sends ``actions`` relative to ``start_ms`` until they run out or ``stop`` is set."""
 
     def __init__(self, actions: list[Action], kafka: KafkaSettings, start_ms: int, *,
                  say: Callable[[str], None] = print, metrics_port: int = 0,
-                 metrics_host: str = "127.0.0.1") -> None:
+                 metrics_host: str = "127.0.0.1",
+                 directory: ReplicaDirectory | None = None) -> None:
+        """``directory``: post each notice to the replicas it reclaims too (None: Kafka only)."""
         self.actions = actions
+        self.directory = directory
+        self.direct = DirectNotices(warn=say) if directory is not None else None
         self.kafka = kafka
         self.start_ms = start_ms
         self.say = say
@@ -80,6 +121,9 @@ class Scheduler:
         for action in self._outbox.closing(wall_ms() - self.start_ms):
             self._send(action)
         self.stats.failed += self._producer.flush(10)
+        if self.direct is not None:
+            self.direct.close()
+            self.stats.direct = dict(sorted(self.direct.counters.items()))
         return self.stats
 
     def _wait_until(self, at_ms: int, stop: threading.Event) -> bool:
@@ -90,6 +134,9 @@ class Scheduler:
     def _send(self, action: Action) -> None:
         now = wall_ms()
         event = self._outbox.stamp(action, now)
+        if self.direct is not None and self.directory is not None \
+                and isinstance(event, PreemptionNotice):
+            self.direct.send(event, self.directory.urls(event))  # on its threads: Kafka next
         self._producer.produce(self.kafka.topic(action.topic), key=action.region,
                                value=encode(event), on_delivery=self._delivered)
         self._producer.flush(5.0)

@@ -134,6 +134,8 @@ def test_worker_pods_drain_within_their_grace(
             agent_env = {e["name"]: e.get("value") for e in agent["env"]}
             hook = f"127.0.0.1:{agent_env['SURPLUS_CAPACITY_AGENT_HOOK_PORT']}/prestop"
             assert hook in pre_stop[2]
+            assert agent_env["SURPLUS_CAPACITY_AGENT_WORKER_URL"] == \
+                f"http://127.0.0.1:{env['SURPLUS_WORKER_PORT']}"      # notices straight to it
             assert float(agent_env["SURPLUS_CAPACITY_AGENT_GRACE_S"]) == \
                 pod["terminationGracePeriodSeconds"]
             pause = int(re.search(r"time\.sleep\((\d+)\)", pre_stop[2]).group(1))  # type: ignore[union-attr]

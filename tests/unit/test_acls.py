@@ -28,7 +28,7 @@ def test_only_the_control_plane_may_write_targets() -> None:
 def test_receivers_read_only_what_they_follow() -> None:
     assert _grants("worker", "READ") == {"surplus.targets", "surplus.preemption"}
     assert _grants("client", "READ") == {"surplus.targets", "surplus.replicas"}
-    assert _grants("scheduler", "READ") == set()
+    assert _grants("scheduler", "READ") == {"surplus.replicas"}  # where to post notices
 
 
 def test_names_follow_prefix_and_app_id() -> None:

@@ -102,6 +102,15 @@ class Membership:
         self._cache[model] = (endpoints, valid_until)
         return endpoints
 
+    def reclaimed(self, pool_id: str, replicas: list[str], now_ms: int) -> tuple[str, ...]:
+        """Endpoints of the live replicas a notice for ``pool_id`` reaches (those named in
+        ``replicas``, or the whole pool when it names none) whose lease holds, draining ones
+        too: an earlier notice already turned them, and a repeated one still goes to each."""
+        named = set(replicas)
+        return tuple(m.last.endpoint for rid, m in sorted(self._members.items())
+                     if m.last.pool_id == pool_id and (not named or rid in named)
+                     and now_ms < m.expires_at_ms)
+
     def members(self) -> dict[str, ReplicaAnnouncement]:
         """The latest announcement of every replica heard of and not withdrawn."""
         return {rid: m.last for rid, m in self._members.items()}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import socket
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -80,6 +81,10 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     #: How long a membership announcement holds: a replica killed outright leaves the clients'
     #: routing set this long after its last renewal. Renewed every third of it.
     membership_lease_s: Annotated[float, Meta(ge=0.3, le=120.0)] = 6.0
+    #: Networks ``POST /v1/preempt`` takes notices from (CIDR). A notice only stops optional
+    #: work, but a stranger must not be able to: by default the machine itself (the pod's
+    #: capacity agent, a scheduler on the same host).
+    notice_from: Annotated[tuple[str, ...], Meta(max_length=100)] = ("127.0.0.0/8", "::1/128")
     kafka: dict[str, Any] | None = None
 
     @property
@@ -101,6 +106,16 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     def whole_request_optional(self) -> bool:
         """An opportunistic replica of the powerful model only ever does optional work."""
         return serves_whole_requests(self.model.name, self.tier)
+
+    def notice_networks(self) -> tuple[IPv4Network | IPv6Network, ...]:
+        """``notice_from`` parsed; a bad entry stops the worker at start, naming it."""
+        nets = []
+        for i, text in enumerate(self.notice_from):
+            try:
+                nets.append(ip_network(text, strict=False))
+            except ValueError as exc:
+                raise ConfigError(f"bad worker config at `notice_from[{i}]`: {exc}") from None
+        return tuple(nets)
 
     def signing_key(self) -> bytes | None:
         """The key targets must be signed with, or None when signatures are not checked."""
@@ -168,6 +183,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         raise ConfigError(f"bad worker config: {exc}") from None
     config.kafka_settings()  # fail now, not when the first Kafka client starts
     config.signing_key()
+    config.notice_networks()
     if config.model.path is not None and not Path(config.model.path).is_file():
         raise ConfigError(f"bad worker config at `model.path`: model file "
                           f"{config.model.path} does not exist")

@@ -274,11 +274,7 @@ class PreemptionSubscriber(_Subscriber):
         except ContractError as exc:
             self.io.deadletters.send(msg, str(exc))
             return "deadletter"
-        outcome = self.worker.on_preemption(notice)
-        if outcome == "applied":
-            self.worker.metrics.preemption_delivery.observe(
-                max(0.0, read_ms - notice.ts_ms) / 1000.0)
-        return outcome
+        return self.worker.on_preemption(notice, path="kafka", read_ms=read_ms)
 
 
 class TelemetryPublisher(threading.Thread):

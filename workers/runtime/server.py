@@ -1,4 +1,4 @@
-"""The worker's HTTP face: POST /v1/rank, GET /healthz, /readyz, /metrics.
+"""The worker's HTTP face: POST /v1/rank, POST /v1/preempt, GET /healthz, /readyz, /metrics.
 
 Bodies are decoded with the shared strict codec (`workers.api`); anything malformed, oversized
 or of the wrong shape gets a 4xx JSON ``{"error": "..."}`` that names the problem, and the
@@ -23,15 +23,17 @@ import signal
 import time
 import weakref
 from collections.abc import Awaitable, Callable
+from ipaddress import IPv4Network, IPv6Network, ip_address
 from typing import Any
 
 import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from schemas.codec import ContractError
+from schemas.codec import ContractError, codec_for
+from schemas.contract import PreemptionNotice
 from schemas.heap import freeze_startup_heap
-from workers.api import RANK_PATH, decode_request, encode
+from workers.api import NOTICE_PATH, RANK_PATH, decode_request, encode
 from workers.runtime.config import WorkerConfig
 from workers.runtime.worker import ModelFailure, NotReady, OptionalShed, RequestError, Worker
 
@@ -47,7 +49,9 @@ GIL_SWITCH_INTERVAL_S = 0.0005
 WORKER_KEY = web.AppKey("worker", Worker)
 #: Responses served so far on each open connection (entries go with their connections).
 SERVED_KEY = web.AppKey("served_per_connection", weakref.WeakKeyDictionary)
+NOTICE_NETS_KEY = web.AppKey("notice_networks", tuple)
 _json = msgspec.json.Encoder()
+_notice_codec = codec_for(PreemptionNotice)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -126,6 +130,37 @@ async def _rank(request: web.Request) -> web.Response:
     return web.Response(body=encode(response), content_type="application/json")
 
 
+async def _preempt(request: web.Request) -> web.Response:
+    """A `PreemptionNotice` straight from the platform beside this replica (its capacity
+    agent, the scheduler that lent it): the same rule as a notice read from Kafka
+    (`Worker.on_preemption`), without the broker's delivery in between. 200 with the
+    outcome (``applied``, or ``duplicate`` when the Kafka copy was first, ``not_mine``,
+    ``stale``); 403 from outside ``notice_from``; 400 naming what is wrong with the body."""
+    read_ms = time.time_ns() / 1e6
+    worker = request.app[WORKER_KEY]
+    remote = request.remote or ""
+    if not _notice_allowed(remote, request.app[NOTICE_NETS_KEY]):
+        return _json_response(worker, 403, {
+            "error": f"preemption notices are taken from {', '.join(worker.config.notice_from)}"
+                     f" only (`notice_from`); {remote or 'an unknown address'} is not among "
+                     f"them"})
+    body = await request.read()
+    try:
+        notice = _notice_codec.decode(body)
+    except ContractError as exc:
+        return _json_response(worker, 400, {"error": str(exc)})
+    outcome = worker.on_preemption(notice, path="http", read_ms=read_ms)
+    return _json_response(worker, 200, {"outcome": outcome, "notice_id": notice.notice_id})
+
+
+def _notice_allowed(remote: str, nets: tuple[IPv4Network | IPv6Network, ...]) -> bool:
+    try:
+        address = ip_address(remote.split("%", 1)[0])
+    except ValueError:
+        return False
+    return any(address in net for net in nets)
+
+
 async def _healthz(request: web.Request) -> web.Response:
     """Alive: the event loop answers. Also says what input shape the model takes."""
     worker = request.app[WORKER_KEY]
@@ -156,7 +191,9 @@ def create_app(worker: Worker) -> web.Application:
                           middlewares=[_errors_as_json, _recycle_connections])
     app[WORKER_KEY] = worker
     app[SERVED_KEY] = weakref.WeakKeyDictionary()
+    app[NOTICE_NETS_KEY] = worker.config.notice_networks()
     app.router.add_post(RANK_PATH, _rank)
+    app.router.add_post(NOTICE_PATH, _preempt)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)

@@ -17,7 +17,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from workers.runtime.config import WorkerConfig
 from workers.runtime.metrics import Snapshot, WorkerMetrics
 from workers.runtime.models import LoadedModel, load_model
 from workers.runtime.telemetry import Identity, LoadTotals, TelemetryWindow
+
+#: How a preemption notice reached the worker.
+NoticePath = Literal["kafka", "http"]
 
 
 class RequestError(ValueError):
@@ -316,14 +319,22 @@ class Worker:
             self._drain_changed()
         return verdict
 
-    def on_preemption(self, notice: PreemptionNotice) -> NoticeOutcome:
-        """Stop optional work now if the notice is for this replica; returns the outcome."""
+    def on_preemption(self, notice: PreemptionNotice, *, path: NoticePath = "kafka",
+                      read_ms: float | None = None) -> NoticeOutcome:
+        """Stop optional work now if the notice is for this replica; returns the outcome.
+
+        A notice may come by two paths, Kafka and ``POST /v1/preempt`` from the platform beside
+        the replica; the first applies and is measured, the other is a ``duplicate``.
+        ``read_ms`` (wall clock) is when the path handed it over: its delivery time."""
         outcome = self._stop_optional(notice)
+        self.metrics.notices.labels(path, outcome).inc()
         if outcome != "applied":
             return outcome
         stopped_ns = time.perf_counter_ns()
         reaction_ms = time.time_ns() / 1e6 - notice.ts_ms
         self.metrics.preemption_reaction.observe(max(0.0, reaction_ms) / 1000.0)
+        if read_ms is not None:
+            self.metrics.preemption_delivery.observe(max(0.0, read_ms - notice.ts_ms) / 1000.0)
         self.metrics.preemptions.inc()
         for listener in self.preemption_listeners:
             listener(notice, stopped_ns)

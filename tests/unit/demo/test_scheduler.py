@@ -4,11 +4,13 @@ one capacity schedule, stamped at the same moments, gives the same bytes."""
 from __future__ import annotations
 
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from schemas.codec import encode
+from schemas.contract import ReplicaAnnouncement
 from schemas.kafka_config import KafkaSettings
 from sim import schedule
 from sim.engine import Simulation
@@ -59,3 +61,53 @@ def test_the_live_scheduler_sends_what_the_simulator_publishes(
     assert producer.sent == simulated
     assert stats.sent["revoke"] == 2  # at the storm's deadline, and the closing one
     assert clock.now_ms == scenario.start_ms + scenario.duration_ms
+
+
+class Replica(ThreadingHTTPServer):
+    """Stands for a worker's /v1/preempt: keeps what it is posted, answers as a worker does."""
+
+    def __init__(self) -> None:
+        posted: list[tuple[str, bytes]] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                posted.append((self.path, self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b'{"outcome": "applied"}')
+
+            def log_message(self, *_args: object) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.posted = posted
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+
+
+def test_each_notice_is_posted_to_the_live_replicas_of_its_pool_as_well_as_sent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    scenario, base = lent_scenario(tmp_path)
+    kafka = KafkaSettings(bootstrap="127.0.0.1:1")
+    clock = Clock(scenario.start_ms)
+    monkeypatch.setattr(live, "wall_ms", lambda: clock.now_ms)
+    actions = schedule.build(scenario, base)
+    pool = next(a.pool_id for a in actions if a.kind == "notice")
+    replica = Replica()
+    threading.Thread(target=replica.serve_forever, daemon=True).start()
+    directory = live.ReplicaDirectory(kafka)        # its feed is not started: fed by hand
+    named = "eu1-baseline-cpu-opportunistic-1"        # the step down names it; the storm too
+    directory._deliver(named, ReplicaAnnouncement(
+        replica_id=named, endpoint=replica.url, region="eu1", pool_id=pool,
+        tier="opportunistic", model="baseline", state="serving", ts_ms=scenario.start_ms,
+        lease_expires_at_ms=scenario.start_ms + 10 * scenario.duration_ms))
+    sender = live.Scheduler(actions, kafka, scenario.start_ms, say=lambda _line: None,
+                            directory=directory)
+    producer = sender._producer = Producer()  # type: ignore[assignment]
+    try:
+        stats = sender.run(clock, end_ms=scenario.duration_ms)
+    finally:
+        replica.shutdown()
+    sent = [value for topic, _, value in producer.sent if topic == kafka.topic("preemption")]
+    assert sent and [p for p, _ in replica.posted] == ["/v1/preempt"] * len(sent)
+    assert [b for _, b in replica.posted] == sent          # the very notice Kafka carries
+    assert stats.direct == {"applied": len(sent)}

@@ -126,3 +126,15 @@ def test_long_expired_replicas_are_forgotten() -> None:
     assert m.forget_expired(T0 + LEASE) == 0
     assert m.forget_expired(T0 + 2 * LEASE) == 1
     assert m.members() == {}
+
+
+def test_a_notice_reaches_the_live_replicas_it_names_or_its_whole_pool() -> None:
+    m = Membership()
+    pool = "eu1/rank/baseline/cpu/opportunistic"
+    m.offer(ann("w1"), T0)
+    m.offer(ann("w2", state="draining"), T0)        # turned by an earlier notice: told again
+    m.offer(ann("w3", model="powerful"), T0)        # another pool
+    m.offer(ann("w4", ts=T0 - LEASE), T0)           # its lease ran out
+    assert m.reclaimed(pool, [], T0 + 1) == ("http://w1:8080", "http://w2:8080")
+    assert m.reclaimed(pool, ["w2", "w3"], T0 + 1) == ("http://w2:8080",)
+    assert m.reclaimed("eu1/rank/baseline/cpu/baseline", [], T0 + 1) == ()

@@ -36,6 +36,7 @@ def test_only_opportunistic_powerful_replicas_treat_whole_requests_as_optional(
     ({"worker_id": "w", "kafka": {"bootstrap": "x"}}, "`kafka.bootstrap`"),
     ({"worker_id": "w", "kafka": {"colour": "red"}}, "`kafka.colour`"),
     ({"worker_id": "w", "model.path": "/nope/model.pt2"}, "`model.path`"),
+    ({"worker_id": "w", "notice_from": ["127.0.0.1/8", "10.0.0/x"]}, "`notice_from[1]`"),
 ])
 def test_bad_values_are_refused_naming_the_key(overrides: dict, named: str) -> None:
     with pytest.raises(ConfigError, match="bad worker config") as info:

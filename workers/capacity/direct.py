@@ -1,0 +1,91 @@
+"""Notices straight to the replicas they reclaim: ``POST /v1/preempt`` beside the Kafka copy.
+
+Kafka carries every notice to the whole fleet (the control plane, the clients, the workers),
+but its delivery is a produce, a broker append and a fetch: milliseconds on a quiet broker, tens
+on a loaded one or during a collector pause, and the replica must stop optional work within
+milliseconds. Whoever learns of the reclaim next to the replica (the capacity agent in its pod,
+the scheduler that lent it) can also tell the replica itself, over HTTP, as Kubernetes calls a
+pod's preStop hook. The replica applies whichever copy comes first and counts the other as a
+``duplicate`` (``Worker.on_preemption``), so the two paths never stop it twice.
+
+``DirectNotices.send`` hands each post to a small thread pool and returns at once: the Kafka
+send behind it is not held up, and a replica that does not answer (it is being torn down, it
+was never up) costs one log line per replica and change, never an exception; it still has the
+Kafka copy.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from urllib.parse import urlsplit
+
+from schemas.codec import encode
+from schemas.contract import PreemptionNotice
+from workers.api import NOTICE_PATH
+
+log = logging.getLogger("surplus.direct_notices")
+
+
+class DirectNotices:
+    """Posts notices to replica base URLs (``http://host:port``) on ``threads`` threads."""
+
+    def __init__(self, *, timeout_s: float = 1.0, threads: int = 4,
+                 warn: Callable[[str], None] = log.warning) -> None:
+        self.timeout_s = timeout_s
+        self._warn = warn
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="direct-notice")
+        self._lock = threading.Lock()
+        #: Posts by what came back: the worker's outcome (``applied``, ``duplicate``, ...),
+        #: ``http_<status>`` or ``unreachable``.
+        self.counters: dict[str, int] = {}
+        self._failing: dict[str, str] = {}
+
+    def send(self, notice: PreemptionNotice, urls: Iterable[str]) -> list[Future[str]]:
+        """Post ``notice`` to every URL; the futures give each post's outcome."""
+        body = encode(notice)
+        return [self._pool.submit(self._post, url, body) for url in urls]
+
+    def close(self, wait: bool = True) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)
+
+    def _post(self, url: str, body: bytes) -> str:
+        parts = urlsplit(url)
+        cls = (http.client.HTTPSConnection if parts.scheme == "https"
+               else http.client.HTTPConnection)
+        conn = cls(parts.hostname or "127.0.0.1", parts.port, timeout=self.timeout_s)
+        try:
+            conn.request("POST", parts.path.rstrip("/") + NOTICE_PATH, body=body,
+                         headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            payload = response.read()
+            if response.status == 200:
+                outcome = str(json.loads(payload).get("outcome", "unknown"))
+                self._fine(url)
+            else:
+                outcome = f"http_{response.status}"
+                self._problem(url, f"answered {response.status}: {payload[:200]!r}")
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            outcome = "unreachable"
+            self._problem(url, f"unreachable ({type(exc).__name__}: {exc})")
+        finally:
+            conn.close()
+        with self._lock:
+            self.counters[outcome] = self.counters.get(outcome, 0) + 1
+        return outcome
+
+    def _problem(self, url: str, what: str) -> None:
+        with self._lock:
+            if self._failing.get(url) == what:
+                return
+            self._failing[url] = what
+        self._warn(f"preemption notice to {url}{NOTICE_PATH} not taken: {what}; the Kafka copy "
+                   f"still reaches it")
+
+    def _fine(self, url: str) -> None:
+        with self._lock:
+            self._failing.pop(url, None)
