@@ -11,6 +11,12 @@ The first ``warmup`` notices (JIT and connection warm-up of a freshly started br
 counted. The DESIGN.md target is p99 <= 5 ms on loopback; the ratio against the raw consumer shows
 what the worker adds on top of Kafka itself.
 
+Then the same number of notices goes the other way in, ``POST /v1/preempt`` to the worker's own
+HTTP server (``workers.capacity.direct``, as the scheduler and the capacity agent send them),
+under the same load: ``direct_notice_to_shed_ms``, and ``direct_vs_kafka_p99`` against the
+Kafka path. The poster's threads share this process's GIL with the worker, which a poster in
+its own process would not.
+
     python -m bench.preemption [--bootstrap HOST:PORT] [--notices 200]
 
 Without ``--bootstrap`` (or ``$KAFKA_BOOTSTRAP_SERVERS``) an embedded broker is started in a
@@ -43,9 +49,10 @@ from schemas.contract import ControlTargets, PreemptionNotice, RmaTarget, SbmTar
 from schemas.kafka_clients import OFFSET_END
 from schemas.kafka_config import KafkaSettings
 from workers.api import Candidate, RankRequest
+from workers.capacity.direct import DirectNotices
 from workers.runtime.config import load_config
 from workers.runtime.kafka_io import KafkaIO
-from workers.runtime.server import GIL_SWITCH_INTERVAL_S
+from workers.runtime.server import GIL_SWITCH_INTERVAL_S, create_app
 from workers.runtime.worker import Worker
 
 TARGET_P99_MS = 5.0
@@ -169,6 +176,7 @@ async def _measure(settings: KafkaSettings, notices: int, warmup: int, gap_s: fl
             # Warm-up notices come quickly: they exist to get the broker's JIT past its
             # interpreted start (a fresh broker adds ~3 ms to every delivery at first).
             await asyncio.sleep(gap_s if i >= warmup else 0.002)
+        direct_ms = await _direct(worker, stopped, notices, gap_s, len(sends) + 2)
     finally:
         stop_load.set()
         sent = await load
@@ -182,8 +190,37 @@ async def _measure(settings: KafkaSettings, notices: int, warmup: int, gap_s: fl
     measured = [n for n in sends if n.startswith("bench-")]
     worker_ms = [(stopped[n] - sends[n]) / 1e6 for n in measured if n in stopped]
     raw_ms = [(raw.arrived[n] - sends[n]) / 1e6 for n in measured if n in raw.arrived]
-    return {"worker": worker_ms, "raw": raw_ms, "load_requests": sent,
+    return {"worker": worker_ms, "raw": raw_ms, "direct": direct_ms, "load_requests": sent,
             "lost_by_worker": notices - len(worker_ms), "lost_by_raw": notices - len(raw_ms)}
+
+
+async def _direct(worker: Worker, stopped: dict[str, int], notices: int, gap_s: float,
+                  epoch: int) -> list[float]:
+    """Notices posted to the worker's /v1/preempt (no Kafka copy): send to stopped, in ms."""
+    from aiohttp import web
+
+    runner = web.AppRunner(create_app(worker))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    direct = DirectNotices(timeout_s=5.0)
+    sends: dict[str, int] = {}
+    try:
+        for i in range(notices + 20):          # 20 to open the server's first connections
+            notice_id = f"direct-{i}"
+            ts = wall_ms()
+            notice = PreemptionNotice(notice_id=notice_id, ts_ms=ts, region="eu1", pool_id=POOL,
+                                      deadline_ms=ts + 30_000)
+            sends[notice_id] = time.perf_counter_ns()
+            (posted,) = direct.send(notice, [url])
+            await asyncio.wrap_future(posted)
+            worker.offer_targets(_targets(epoch + i))
+            await asyncio.sleep(gap_s)
+    finally:
+        direct.close()
+        await runner.cleanup()
+    return [(stopped[n] - sends[n]) / 1e6 for n in list(sends)[20:] if n in stopped]
 
 
 def run(bootstrap: str | None = None, notices: int = 200, gap_ms: float = 20.0,
@@ -205,6 +242,7 @@ def run(bootstrap: str | None = None, notices: int = 200, gap_ms: float = 20.0,
             sys.setswitchinterval(before)
     worker = _summary(raw["worker"])
     reference = _summary(raw["raw"])
+    direct = _summary(raw["direct"])
     return {"bench": "preemption", "notices": notices, "warmup_notices": warmup,
             "load_rps": load_rps,
             "load_requests": raw["load_requests"],
@@ -213,6 +251,9 @@ def run(bootstrap: str | None = None, notices: int = 200, gap_ms: float = 20.0,
             "ratio_p99": round(worker["p99"] / reference["p99"], 2) if reference["p99"] else None,
             "worker_overhead_p99_ms": round(worker["p99"] - reference["p99"], 3),
             "lost_by_worker": raw["lost_by_worker"], "lost_by_raw": raw["lost_by_raw"],
+            "direct_notice_to_shed_ms": direct,
+            "direct_vs_kafka_p99": round(direct["p99"] / worker["p99"], 3)
+            if worker["p99"] else None,
             "target_p99_ms": TARGET_P99_MS, "meets_target": worker["p99"] <= TARGET_P99_MS}
 
 

@@ -356,6 +356,24 @@ REACTION = "surplus_worker_preemption_reaction_seconds"
 DELIVERY = "surplus_worker_preemption_delivery_seconds"
 
 
+NOTICES = "surplus_worker_preemption_notices_total"
+
+
+def notice_paths(metrics: dict[str, str]) -> dict[str, dict[str, int]]:
+    """Notices the workers read, by path (``http``, ``kafka``) and outcome, summed over every
+    worker's /metrics text: which copy came first (``applied``) and which second."""
+    out: dict[str, dict[str, int]] = defaultdict(dict)
+    for text in metrics.values():
+        for line in text.splitlines():
+            if not line.startswith(NOTICES + "{"):
+                continue
+            labels, _, value = line.rpartition(" ")
+            path = labels.split('path="', 1)[1].split('"', 1)[0]
+            outcome = labels.split('outcome="', 1)[1].split('"', 1)[0]
+            out[path][outcome] = out[path].get(outcome, 0) + round(float(value))
+    return {path: dict(sorted(v.items())) for path, v in sorted(out.items())}
+
+
 def reaction_mean_s(metrics: dict[str, str], histogram: str = REACTION) -> float | None:
     """Mean reaction over every worker (the histogram's _sum over its _count)."""
     total = count = 0.0

@@ -143,8 +143,10 @@ def summarize(info: RunInfo, rec: Recorded | None, req: Requests | None,
     delivery = analysis.histogram_quantile(
         0.99, analysis.reaction_buckets(metrics, analysis.DELIVERY))
     out["notice_delivery_p99_ms"] = None if delivery is None else round(delivery * 1000.0, 3)
+    out["notice_paths"] = analysis.notice_paths(metrics)
     out["notice_to_shed_method"] = (
-        "PreemptionNotice ts_ms to optional work stopped, summed over the workers' "
+        "PreemptionNotice ts_ms to optional work stopped by its first copy (Kafka or POST "
+        "/v1/preempt, see notice_paths), summed over the workers' "
         "surplus_worker_preemption_reaction_seconds histograms, p99 interpolated in its bucket")
     if rec is not None:
         out["events_recorded"] = rec.events

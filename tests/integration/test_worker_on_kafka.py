@@ -189,4 +189,7 @@ def test_preemption_benchmark_measures_the_worker_against_a_raw_consumer(
     worker, raw = result["notice_to_optional_stopped_ms"], result["raw_consumer_receive_ms"]
     assert 0 < worker["p50"] <= worker["p99"] <= worker["max"]
     assert 0 < raw["p50"] <= raw["p99"]
+    direct = result["direct_notice_to_shed_ms"]        # the same notices by POST /v1/preempt
+    assert 0 < direct["p50"] <= direct["p99"] <= direct["max"]
+    assert result["direct_vs_kafka_p99"] > 0
     assert result["load_requests"] > 0

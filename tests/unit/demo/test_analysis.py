@@ -119,6 +119,16 @@ def test_reaction_buckets_sum_over_workers() -> None:
     assert analysis.reaction_buckets({"a": text + delivery}, analysis.DELIVERY) == [(0.001, 1.0)]
 
 
+def test_notice_paths_say_which_copy_came_first_summed_over_workers() -> None:
+    text = ('surplus_worker_preemption_notices_total{outcome="applied",path="http"} 9.0\n'
+            'surplus_worker_preemption_notices_total{outcome="duplicate",path="kafka"} 9.0\n'
+            'surplus_worker_preemption_notices_created{outcome="applied",path="http"} 1.7e9\n')
+    other = 'surplus_worker_preemption_notices_total{outcome="applied",path="kafka"} 1.0\n'
+    assert analysis.notice_paths({"a": text, "b": text + other}) == {
+        "http": {"applied": 18}, "kafka": {"applied": 1, "duplicate": 18}}
+    assert analysis.notice_paths({"a": "no such metric 1.0\n"}) == {}
+
+
 def test_client_windows_take_only_requests_the_ranking_pool_served() -> None:
     run = info(min_samples=3)
     t = np.array([0.1, 0.2, 0.3, 0.4, 2.1])
