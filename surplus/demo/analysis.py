@@ -25,11 +25,13 @@ import csv
 import json
 import math
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.contract import ControlTargets, LatencySketch
 from schemas.sketch import SketchMerger
@@ -359,18 +361,23 @@ DELIVERY = "surplus_worker_preemption_delivery_seconds"
 NOTICES = "surplus_worker_preemption_notices_total"
 
 
+def _labelled(metrics: dict[str, str], sample: str) -> Iterator[tuple[dict[str, str], float]]:
+    """Every sample named ``sample`` in every worker's /metrics text: its labels and value
+    (prometheus-client's own parser of the text format)."""
+    for text in metrics.values():
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if s.name == sample:
+                    yield s.labels, s.value
+
+
 def notice_paths(metrics: dict[str, str]) -> dict[str, dict[str, int]]:
     """Notices the workers read, by path (``http``, ``kafka``) and outcome, summed over every
     worker's /metrics text: which copy came first (``applied``) and which second."""
     out: dict[str, dict[str, int]] = defaultdict(dict)
-    for text in metrics.values():
-        for line in text.splitlines():
-            if not line.startswith(NOTICES + "{"):
-                continue
-            labels, _, value = line.rpartition(" ")
-            path = labels.split('path="', 1)[1].split('"', 1)[0]
-            outcome = labels.split('outcome="', 1)[1].split('"', 1)[0]
-            out[path][outcome] = out[path].get(outcome, 0) + round(float(value))
+    for labels, value in _labelled(metrics, NOTICES):
+        path, outcome = labels["path"], labels["outcome"]
+        out[path][outcome] = out[path].get(outcome, 0) + round(value)
     return {path: dict(sorted(v.items())) for path, v in sorted(out.items())}
 
 
@@ -390,12 +397,6 @@ def reaction_buckets(metrics: dict[str, str],
                      histogram: str = REACTION) -> list[tuple[float, float]]:
     """Summed cumulative buckets of a reaction histogram over every worker's /metrics text."""
     summed: dict[float, float] = defaultdict(float)
-    name = f"{histogram}_bucket"
-    for text in metrics.values():
-        for line in text.splitlines():
-            if not line.startswith(name + "{"):
-                continue
-            labels, _, value = line.rpartition(" ")
-            le = labels.split('le="', 1)[1].split('"', 1)[0]
-            summed[math.inf if le == "+Inf" else float(le)] += float(value)
+    for labels, value in _labelled(metrics, f"{histogram}_bucket"):
+        summed[float(labels["le"])] += value      # float("+Inf") is inf
     return sorted(summed.items())

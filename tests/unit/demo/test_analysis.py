@@ -126,7 +126,7 @@ def test_notice_paths_say_which_copy_came_first_summed_over_workers() -> None:
     other = 'surplus_worker_preemption_notices_total{outcome="applied",path="kafka"} 1.0\n'
     assert analysis.notice_paths({"a": text, "b": text + other}) == {
         "http": {"applied": 18}, "kafka": {"applied": 1, "duplicate": 18}}
-    assert analysis.notice_paths({"a": "no such metric 1.0\n"}) == {}
+    assert analysis.notice_paths({"a": "surplus_worker_preemptions_total 1.0\n"}) == {}
 
 
 def test_client_windows_take_only_requests_the_ranking_pool_served() -> None:
