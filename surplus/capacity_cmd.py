@@ -78,11 +78,12 @@ def capacity_agent(
     kafka = kafka_settings(bootstrap, prefix)
     preflight(kafka, timeout_s=5.0)
     sender = NoticeSender(kafka, client_id=f"surplus-capacity-agent-{worker_id}")
-    direct = DirectNotices() if worker_url is not None else None
+    replica_urls = [] if worker_url is None else [worker_url]
+    direct = DirectNotices() if replica_urls else None
 
     def send(notice: PreemptionNotice) -> bool:
-        if direct is not None and worker_url is not None:
-            direct.send(notice, [worker_url])  # the replica first; Kafka tells the rest
+        if direct is not None:
+            direct.send(notice, replica_urls)  # the replica first; Kafka tells the rest
         return sender.send(notice)
 
     agent = CapacityAgent(decider, send, imds=imds, poll_s=poll_s, grace_s=grace_s)

@@ -73,7 +73,7 @@ class ReplicaDirectory:
 
     def urls(self, notice: PreemptionNotice) -> tuple[str, ...]:
         with self._lock:
-            return self._members.reclaimed(notice.pool_id, notice.replicas, wall_ms())
+            return self._members.reclaimed(notice, wall_ms())
 
     def _deliver(self, replica_id: str, announcement: ReplicaAnnouncement | None) -> None:
         with self._lock:
@@ -92,8 +92,8 @@ class Scheduler:
                  directory: ReplicaDirectory | None = None) -> None:
         """``directory``: post each notice to the replicas it reclaims too (None: Kafka only)."""
         self.actions = actions
-        self.directory = directory
-        self.direct = DirectNotices(warn=say) if directory is not None else None
+        #: Where to post notices, and the poster (None: Kafka only).
+        self._direct = None if directory is None else (directory, DirectNotices(warn=say))
         self.kafka = kafka
         self.start_ms = start_ms
         self.say = say
@@ -121,9 +121,10 @@ class Scheduler:
         for action in self._outbox.closing(wall_ms() - self.start_ms):
             self._send(action)
         self.stats.failed += self._producer.flush(10)
-        if self.direct is not None:
-            self.direct.close()
-            self.stats.direct = dict(sorted(self.direct.counters.items()))
+        if self._direct is not None:
+            poster = self._direct[1]
+            poster.close()
+            self.stats.direct = dict(sorted(poster.counters.items()))
         return self.stats
 
     def _wait_until(self, at_ms: int, stop: threading.Event) -> bool:
@@ -134,9 +135,9 @@ class Scheduler:
     def _send(self, action: Action) -> None:
         now = wall_ms()
         event = self._outbox.stamp(action, now)
-        if self.direct is not None and self.directory is not None \
-                and isinstance(event, PreemptionNotice):
-            self.direct.send(event, self.directory.urls(event))  # on its threads: Kafka next
+        if self._direct is not None and isinstance(event, PreemptionNotice):
+            directory, poster = self._direct
+            poster.send(event, directory.urls(event))  # on its threads; Kafka's copy next
         self._producer.produce(self.kafka.topic(action.topic), key=action.region,
                                value=encode(event), on_delivery=self._delivered)
         self._producer.flush(5.0)

@@ -102,3 +102,13 @@ async def test_direct_notices_reach_a_live_worker_and_an_absent_one_is_one_warni
         direct.close()
     assert direct.counters == {"applied": 2, "unreachable": 2}
     assert len(warnings) == 1 and absent in warnings[0] and "Kafka copy" in warnings[0]
+
+
+def test_notice_from_reads_a_dual_stack_sockets_view_of_an_ipv4_peer() -> None:
+    from workers.runtime.server import _notice_allowed
+
+    nets = tiny_config().notice_networks()            # the default: the machine itself
+    assert _notice_allowed("127.0.0.1", nets) and _notice_allowed("::1", nets)
+    assert _notice_allowed("::ffff:127.0.0.1", nets)  # a worker bound to "::"
+    assert not _notice_allowed("10.1.2.3", nets) and not _notice_allowed("::ffff:10.1.2.3", nets)
+    assert not _notice_allowed("", nets)

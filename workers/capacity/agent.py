@@ -36,6 +36,7 @@ from workers.capacity.decide import (
     parse_rebalance,
 )
 from workers.capacity.imds import Imds, ImdsError
+from workers.capacity.quiet import OncePerChange
 
 log = logging.getLogger("surplus.capacity_agent")
 T = TypeVar("T")
@@ -88,7 +89,7 @@ class CapacityAgent:
         self.stop = threading.Event()
         self.unsent: list[PreemptionNotice] = []
         self._lock = threading.Lock()
-        self._last_problem: dict[str, str | None] = {}
+        self._log = OncePerChange(lambda line: log.warning("%s", line))
 
     # -- sources -----------------------------------------------------------------------------
 
@@ -115,9 +116,9 @@ class CapacityAgent:
             body = self.imds.get(path)
             signal = parse(body) if body is not None else None
         except (ImdsError, MetadataError) as exc:
-            self._problem(path, f"no notice from {path} this poll: {exc}")
+            self._log.problem(path, f"no notice from {path} this poll: {exc}")
             return None
-        self._fine(path)
+        self._log.fine(path, f"{path} reads again")
         return signal
 
     def terminate(self, why: str) -> PreemptionNotice | None:
@@ -160,18 +161,6 @@ class CapacityAgent:
             else:
                 self.flush()
             self.stop.wait(self.poll_s)
-
-    # -- logging once per change -------------------------------------------------------------
-
-    def _problem(self, path: str, line: str) -> None:
-        if self._last_problem.get(path) != line:
-            log.warning("%s", line)
-        self._last_problem[path] = line
-
-    def _fine(self, path: str) -> None:
-        if self._last_problem.get(path) is not None:
-            log.warning("%s reads again", path)
-        self._last_problem[path] = None
 
 
 def serve_hook(agent: CapacityAgent, host: str, port: int) -> ThreadingHTTPServer:

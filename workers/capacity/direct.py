@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 from schemas.codec import encode
 from schemas.contract import PreemptionNotice
 from workers.api import NOTICE_PATH
+from workers.capacity.quiet import OncePerChange
 
 log = logging.getLogger("surplus.direct_notices")
 
@@ -37,13 +38,12 @@ class DirectNotices:
     def __init__(self, *, timeout_s: float = 1.0, threads: int = 4,
                  warn: Callable[[str], None] = log.warning) -> None:
         self.timeout_s = timeout_s
-        self._warn = warn
+        self._log = OncePerChange(warn)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="direct-notice")
         self._lock = threading.Lock()
         #: Posts by what came back: the worker's outcome (``applied``, ``duplicate``, ...),
         #: ``http_<status>`` or ``unreachable``.
         self.counters: dict[str, int] = {}
-        self._failing: dict[str, str] = {}
 
     def send(self, notice: PreemptionNotice, urls: Iterable[str]) -> list[Future[str]]:
         """Post ``notice`` to every URL; the futures give each post's outcome."""
@@ -65,7 +65,7 @@ class DirectNotices:
             payload = response.read()
             if response.status == 200:
                 outcome = str(json.loads(payload).get("outcome", "unknown"))
-                self._fine(url)
+                self._log.fine(url)
             else:
                 outcome = f"http_{response.status}"
                 self._problem(url, f"answered {response.status}: {payload[:200]!r}")
@@ -79,13 +79,5 @@ class DirectNotices:
         return outcome
 
     def _problem(self, url: str, what: str) -> None:
-        with self._lock:
-            if self._failing.get(url) == what:
-                return
-            self._failing[url] = what
-        self._warn(f"preemption notice to {url}{NOTICE_PATH} not taken: {what}; the Kafka copy "
-                   f"still reaches it")
-
-    def _fine(self, url: str) -> None:
-        with self._lock:
-            self._failing.pop(url, None)
+        self._log.problem(url, f"preemption notice to {url}{NOTICE_PATH} not taken: {what}; "
+                               f"the Kafka copy still reaches it")

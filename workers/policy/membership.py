@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from schemas.contract import ModelKind, ReplicaAnnouncement
+from schemas.contract import ModelKind, PreemptionNotice, ReplicaAnnouncement
+from workers.policy.replica import notice_reaches
 
 #: Announcements per replica the clock offset to it is estimated over.
 OFFSET_SAMPLES = 16
@@ -102,13 +103,12 @@ class Membership:
         self._cache[model] = (endpoints, valid_until)
         return endpoints
 
-    def reclaimed(self, pool_id: str, replicas: list[str], now_ms: int) -> tuple[str, ...]:
-        """Endpoints of the live replicas a notice for ``pool_id`` reaches (those named in
-        ``replicas``, or the whole pool when it names none) whose lease holds, draining ones
-        too: an earlier notice already turned them, and a repeated one still goes to each."""
-        named = set(replicas)
+    def reclaimed(self, notice: PreemptionNotice, now_ms: int) -> tuple[str, ...]:
+        """Endpoints of the live replicas ``notice`` reaches (``notice_reaches``, the rule the
+        replica itself applies) whose lease holds, draining ones too: an earlier notice
+        already turned them, and a repeated one still goes to each."""
         return tuple(m.last.endpoint for rid, m in sorted(self._members.items())
-                     if m.last.pool_id == pool_id and (not named or rid in named)
+                     if notice_reaches(notice, m.last.pool_id, rid)
                      and now_ms < m.expires_at_ms)
 
     def members(self) -> dict[str, ReplicaAnnouncement]:

@@ -32,6 +32,12 @@ def serves_whole_requests(model: str, tier: str) -> bool:
     return tier == "opportunistic" and model == "powerful"
 
 
+def notice_reaches(notice: PreemptionNotice, pool_id: str, replica_id: str) -> bool:
+    """The notice names this replica of ``pool_id``, or the whole pool (no replicas named):
+    what a replica acts on, and whom a sender posts the notice to."""
+    return notice.pool_id == pool_id and (not notice.replicas or replica_id in notice.replicas)
+
+
 def fail_safe_reason(targets: EffectiveTargets) -> ShedReason:
     """Why optional work is refused while targets say baseline only (invariant 2)."""
     return "preemption" if targets.reason == "preempted" else "stale_targets"
@@ -114,8 +120,7 @@ class ReplicaPolicy:
 
     def concerns(self, notice: PreemptionNotice) -> bool:
         """The notice names this replica, or its whole pool."""
-        return notice.pool_id == self.pool_id and (
-            not notice.replicas or self.worker_id in notice.replicas)
+        return notice_reaches(notice, self.pool_id, self.worker_id)
 
     def shutdown_notice_id(self, now_ms: int) -> str:
         """The id of the notice this replica publishes for itself on SIGTERM."""

@@ -23,7 +23,7 @@ import signal
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from ipaddress import IPv4Network, IPv6Network, ip_address
+from ipaddress import IPv4Network, IPv6Address, IPv6Network, ip_address
 from typing import Any
 
 import msgspec
@@ -158,6 +158,8 @@ def _notice_allowed(remote: str, nets: tuple[IPv4Network | IPv6Network, ...]) ->
         address = ip_address(remote.split("%", 1)[0])
     except ValueError:
         return False
+    if isinstance(address, IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped   # a dual-stack socket's view of an IPv4 peer
     return any(address in net for net in nets)
 
 

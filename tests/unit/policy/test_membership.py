@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from schemas.contract import ReplicaAnnouncement
+from schemas.contract import PreemptionNotice, ReplicaAnnouncement
 from workers.policy.membership import Membership, MembershipLimits
 
 T0 = 1_700_000_000_000
@@ -135,6 +135,11 @@ def test_a_notice_reaches_the_live_replicas_it_names_or_its_whole_pool() -> None
     m.offer(ann("w2", state="draining"), T0)        # turned by an earlier notice: told again
     m.offer(ann("w3", model="powerful"), T0)        # another pool
     m.offer(ann("w4", ts=T0 - LEASE), T0)           # its lease ran out
-    assert m.reclaimed(pool, [], T0 + 1) == ("http://w1:8080", "http://w2:8080")
-    assert m.reclaimed(pool, ["w2", "w3"], T0 + 1) == ("http://w2:8080",)
-    assert m.reclaimed("eu1/rank/baseline/cpu/baseline", [], T0 + 1) == ()
+
+    def notice(pool_id: str, replicas: list[str]) -> PreemptionNotice:
+        return PreemptionNotice(notice_id="n", ts_ms=T0, region="eu1", pool_id=pool_id,
+                                replicas=replicas, deadline_ms=T0 + 1_000)
+
+    assert m.reclaimed(notice(pool, []), T0 + 1) == ("http://w1:8080", "http://w2:8080")
+    assert m.reclaimed(notice(pool, ["w2", "w3"]), T0 + 1) == ("http://w2:8080",)
+    assert m.reclaimed(notice("eu1/rank/baseline/cpu/baseline", []), T0 + 1) == ()
