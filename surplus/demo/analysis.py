@@ -383,13 +383,8 @@ def notice_paths(metrics: dict[str, str]) -> dict[str, dict[str, int]]:
 
 def reaction_mean_s(metrics: dict[str, str], histogram: str = REACTION) -> float | None:
     """Mean reaction over every worker (the histogram's _sum over its _count)."""
-    total = count = 0.0
-    for text in metrics.values():
-        for line in text.splitlines():
-            if line.startswith(f"{histogram}_sum "):
-                total += float(line.split()[-1])
-            elif line.startswith(f"{histogram}_count "):
-                count += float(line.split()[-1])
+    total = sum(v for _, v in _labelled(metrics, f"{histogram}_sum"))
+    count = sum(v for _, v in _labelled(metrics, f"{histogram}_count"))
     return total / count if count else None
 
 
