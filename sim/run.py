@@ -5,7 +5,9 @@
 ``compare`` runs several controllers on the same scenario (same seed, so the same requests)
 into one subdirectory each, and adds a table (``summary.json``), plots (PNG) and
 ``report.html``; ``best-static`` (``sim.best_static``) is the static controller swept over a
-grid, the best safe run kept, and adds ``value_vs_best_static`` to the other rows. Result files
+grid, the best safe run kept, and adds ``value_vs_best_static`` to the other rows; ``oracle``
+(``sim.oracle``) picks the best safe setting of that sweep window by window, in hindsight, and
+adds ``value_vs_oracle``. Result files
 never hold wall-clock times: the same scenario, seed and controller give byte-identical files.
 """
 
@@ -17,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sim import best_static, pool
+from sim import best_static, oracle, pool
 from sim.controllers import ALIASES, CONTROLLERS
 from sim.engine import Simulation
 from sim.scenario import Scenario, find_scenario, load_scenario
@@ -71,22 +73,40 @@ def compare(scenario: str | Path, controllers: Sequence[str], out_dir: str | Pat
     names = [ALIASES.get(c, c) for c in controllers]
     if len(set(names)) != len(names) or not names:
         raise ValueError(f"controllers to compare must be distinct and non-empty: {controllers}")
-    unknown = [n for n in names if n not in CONTROLLERS and n != best_static.NAME]
+    hindsight = {best_static.NAME, oracle.NAME}
+    unknown = [n for n in names if n not in CONTROLLERS and n not in hindsight]
     if unknown:
         raise ValueError(f"unknown controller {unknown[0]!r}; known: {', '.join(CONTROLLERS)}, "
-                         f"{best_static.NAME} (alias: pid = surplus)")
-    grid = best_static.resolve_grid(sc, static_grid) if best_static.NAME in names else None
+                         f"{best_static.NAME}, {oracle.NAME} (alias: pid = surplus)")
+    swept = hindsight & set(names)
+    grid = best_static.resolve_grid(sc, static_grid) if swept else None
     out = Path(out_dir)
-    singles = [name for name in names if not (grid is not None and name == best_static.NAME)]
+    singles = [name for name in names if name not in hindsight]
     runs = _run_controllers(sc, base, singles, out, jobs=jobs, progress=progress)
     if grid is not None:
-        runs[best_static.NAME] = best_static.sweep(sc, base, out / best_static.NAME, grid,
-                                                   jobs=jobs, progress=progress)
+        # the oracle chooses among the sweep's runs window by window (sim.oracle)
+        best = best_static.sweep(sc, base, out / best_static.NAME, grid, jobs=jobs,
+                                 progress=progress)
+        if best_static.NAME in names:
+            runs[best_static.NAME] = best
+        if oracle.NAME in names:
+            sweep_dir = out / best_static.NAME / "sweep"
+            runs[oracle.NAME] = oracle.stitch(
+                {p: sweep_dir / best_static.point_dir(*p) for p in grid.points()},
+                out / oracle.NAME)
     runs = {name: runs[name] for name in names}
     table = {name: {key: runs[name][key] for key in HEADLINE} for name in names}
     summary = {"scenario": sc.name, "seed": sc.seed, "duration_s": sc.duration_s,
                "controllers": names, "table": table, "runs": runs}
-    if grid is not None:
+    if oracle.NAME in names:
+        bound = runs[oracle.NAME]["incremental_value"]
+        vs_oracle = {name: oracle.ratio(runs[name]["incremental_value"], bound)
+                     for name in names if name != oracle.NAME}
+        for name, value in vs_oracle.items():
+            table[name]["value_vs_oracle"] = value
+        summary["value_vs_oracle"] = vs_oracle
+        summary["oracle"] = runs[oracle.NAME]["oracle"]
+    if best_static.NAME in names:
         best = runs[best_static.NAME]
         table[best_static.NAME]["static_setting"] = best["static_setting"]
         vs = {name: best_static.ratio(runs[name]["incremental_value"],
@@ -97,7 +117,8 @@ def compare(scenario: str | Path, controllers: Sequence[str], out_dir: str | Pat
         summary["value_vs_best_static"] = vs
         summary["best_static"] = best["best_static"]
     (out / "summary.json").write_text(dump_json(summary), encoding="utf-8")
-    write_report(out, sc, names, table, grid=grid)
+    write_report(out, sc, names, table,
+                 grid=grid if best_static.NAME in names else None)
     return summary
 
 
@@ -163,6 +184,12 @@ def write_report(out: Path, sc: Scenario, names: Sequence[str],
             f"coverage={setting['coverage']:g} (runs in {best_static.NAME}/sweep/). "
             f"value_vs_best_static: a controller's incremental value over {best_static.NAME}'s "
             f"(empty when that is 0).")
+    if oracle.NAME in names:
+        notes.append(
+            f"{oracle.NAME}: for each SLA window, the static setting of the sweep that earned "
+            f"most in that window with no baseline SLA violation and no rejected baseline "
+            f"request, chosen in hindsight (windows taken as independent; see sim/oracle.py). "
+            f"value_vs_oracle: a controller's incremental value over the oracle's.")
     if any(r.arrivals.kind == "trace" and r.arrivals.path and "Azure" in r.arrivals.path
            for r in sc.regions):
         from sim.traces import AZURE_ATTRIBUTION

@@ -20,8 +20,9 @@ def simulate(
              "over a grid, the best safe run kept).")] = "surplus",
     compare: Annotated[str | None, typer.Option(
         help="Comma-separated controllers to run side by side, e.g. "
-             "surplus,naive,static,greedy,best-static (writes a table, plots and "
-             "report.html; with best-static, value_vs_best_static).")] = None,
+             "surplus,naive,static,greedy,best-static,oracle (writes a table, plots and "
+             "report.html; with best-static, value_vs_best_static; with oracle, the best "
+             "safe setting per window in hindsight, value_vs_oracle).")] = None,
     static_grid: Annotated[str | None, typer.Option(
         help="best-static's grid, e.g. 'extra=0,8,16,32 coverage=0,0.1,0.2' [budget=B] "
              "(default: the scenario's [controllers.best_static]).")] = None,
@@ -51,7 +52,8 @@ def simulate(
             width = max(len(name) for name in summary["controllers"])
             for name in summary["controllers"]:
                 row = summary["table"][name]
-                extra = [k for k in ("value_vs_best_static", "static_setting") if k in row]
+                extra = [k for k in ("value_vs_best_static", "value_vs_oracle", "static_setting")
+                         if k in row]
                 typer.echo(f"{name:{width}s} " + ", ".join(
                     f"{k}={row[k]}" for k in (*HEADLINE[:5], *extra)))
             for region, levers in summary["runs"].get("surplus", {}).get("lift", {}).items():
