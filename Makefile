@@ -37,21 +37,22 @@ HELM_KUBE_VERSIONS     := 1.29.0 1.37.0
 CHART                  := infra/helm/surplus
 
 .PHONY: test test-fast test-faults lint demo soak bench clean setup compose-check toxiproxy ec2-metadata-mock lock \
-        test-client-install promtool test-alerts helm-check
+        test-client-install promtool test-alerts helm-check docs
 
 setup: $(STAMP) $(JARS)
 
-# Every extra plus the test tools, at the versions requirements.lock pins.
+# Every extra plus the test and docs tools (PEP 735 groups, pip 25.1+), at the versions
+# requirements.lock pins.
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c requirements.lock -e '.[test]'
+	$(BIN)/pip install -q -c requirements.lock -e '.[all]' --group test --group docs
 	touch $(STAMP)
 
 # Re-resolve requirements.lock after a change to pyproject's ranges; pins already in it are kept
 # (UPGRADE=--upgrade takes the newest versions the ranges allow).
 lock: $(UV)
-	$(UV) pip compile pyproject.toml --extra test --python-version 3.11 \
+	$(UV) pip compile pyproject.toml --extra all --group test --group docs --python-version 3.11 \
 	  --python-platform x86_64-unknown-linux-gnu --annotation-style line \
 	  --custom-compile-command "make lock" $(UPGRADE) -o requirements.lock
 
@@ -133,8 +134,12 @@ helm-check: $(HELM) $(KUBECONFORM) $(K8S_SCHEMAS)/.built
 	    out/helm/rendered.yaml || exit 1; done; done
 	HELM=$(abspath $(HELM)) $(BIN)/pytest -q -m helm tests/helm
 
+# The documentation site (mkdocs.yml) into site/; --strict: a broken link or anchor fails (~1 s).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 # The fault suite runs in a session of its own (a fresh broker, its figures printed last).
-test: setup $(TOXIPROXY) $(AEMM) promtool
+test: setup $(TOXIPROXY) $(AEMM) promtool docs
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q -m "not faults and not helm"
@@ -169,9 +174,9 @@ compose-check:
 	@echo "docker-compose.yml: valid"
 
 clean:
-	rm -rf out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf out site .pytest_cache .mypy_cache .ruff_cache
 
-# Docker with no registry (README "Docker Compose, Prometheus and Grafana"): a local engine
+# Docker with no registry (docs/deployment.md): a local engine
 # (Debian's dockerd, overlay2 or vfs storage, no bridge: host networking only, data root in .docker/,
 # started by these targets when none answers and stopped after), images made from a
 # debootstrapped Debian base (`make images`), the Kafka tests through testcontainers
@@ -204,7 +209,7 @@ $(COMPOSE):
 	@$@ version
 
 # surplus-base:bookworm, surplus-kafka:$(KAFKA_VERSION), surplus:local, surplus-worker:local and
-# surplus-prometheus:local (infra/docker/images.sh; README has the sizes and build times).
+# surplus-prometheus:local (infra/docker/images.sh; docs/deployment.md has sizes, build times).
 images: setup
 	@$(call with-engine,PIP=$(BIN)/pip infra/docker/images.sh $(KAFKA_VERSION))
 

@@ -1,6 +1,6 @@
 """The topic ACLs each Surplus component needs on a cluster that enforces them (least privilege).
 
-One table, used three ways: the README's Security section is generated from it
+One table, used three ways: docs/security.md's ACL table is generated from it
 (`markdown_table`), the secured-cluster integration test grants exactly these ACLs before running
 the control plane and a worker (so the documented set is known to be enough), and an operator can
 turn it into bindings for their own principals (`bindings`).
@@ -123,7 +123,7 @@ def bindings(component: Component, principal: str, prefix: str = DEFAULT_PREFIX,
 
 
 def markdown_table(prefix: str = DEFAULT_PREFIX, app_id: str = DEFAULT_APP_ID) -> str:
-    """The README's ACL table."""
+    """The ACL table in docs/security.md."""
     lines = ["| component | resource | operations | why |", "|---|---|---|---|"]
     for component in COMPONENTS:
         for rule in required_acls(component, prefix, app_id):

@@ -29,7 +29,7 @@ _FATAL: dict[int, str] = {
     KafkaError._SSL: "check ssl_cafile / ssl_certfile / ssl_keyfile and security_protocol "
                      "(SURPLUS_KAFKA_SSL_*, SURPLUS_KAFKA_SECURITY_PROTOCOL)",
     KafkaError.CLUSTER_AUTHORIZATION_FAILED: "the principal may not describe the cluster "
-                                             "(see the ACLs in README, Security)",
+                                             "(see the ACLs in docs/security.md)",
 }
 
 

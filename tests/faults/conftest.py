@@ -1,6 +1,6 @@
 """Fault tests print their figures (load held, recovery time, requests lost by class) in a
 section of the test summary, whether or not output capture is on, and keep them as JSON in
-``out/faults/figures.json`` for the README's reliability section."""
+``out/faults/figures.json`` for the reliability page (docs/reliability.md)."""
 
 from __future__ import annotations
 

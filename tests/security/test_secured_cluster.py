@@ -1,5 +1,5 @@
 """Surplus next to a secured cluster: TLS, mutual TLS, SASL (SCRAM-SHA-256/512, PLAIN) and
-ACLs that deny whatever README's table does not grant.
+ACLs that deny whatever the table in docs/security.md does not grant.
 
 One local broker (a CA and certificates made for this run) serves three listeners: PLAINTEXT on
 loopback for the operator's super user (it only creates ACLs), SSL with client certificates

@@ -1,5 +1,6 @@
-"""The ACL table: README shows exactly what the secured-cluster test grants, and it is least
-privilege (only the control plane writes targets; no component reads what it does not use)."""
+"""The ACL table: the docs' Security page shows exactly what the secured-cluster test grants,
+and it is least privilege (only the control plane writes targets; no component reads what it
+does not use)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,15 @@ import pytest
 
 from surplus import acls
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+SECURITY = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 
 
 def _grants(component: acls.Component, op: str) -> set[str]:
     return {r.name for r in acls.required_acls(component) if op in r.operations}
 
 
-def test_readme_shows_the_table_the_secured_cluster_test_grants() -> None:
-    assert acls.markdown_table() in README.read_text()
+def test_the_docs_show_the_table_the_secured_cluster_test_grants() -> None:
+    assert acls.markdown_table() in SECURITY.read_text()
 
 
 def test_only_the_control_plane_may_write_targets() -> None:
