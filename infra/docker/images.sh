@@ -59,7 +59,7 @@ if [ ! -f "$wheels/.lock-$wheels_key" ]; then
   echo "wheelhouse: $wheels"
   mkdir -p "$wheels"
   # shellcheck disable=SC2046
-  "$pip" wheel -q -w "$wheels" -c requirements.lock setuptools wheel \
+  "$pip" wheel -q -w "$wheels" -c requirements.lock setuptools setuptools-scm wheel \
     $(python3 infra/docker/requirements.py pyproject.toml client control report worker)
   rm -f "$wheels"/.lock-*; touch "$wheels/.lock-$wheels_key"
 fi
@@ -84,5 +84,7 @@ if [ ! -s "$saved" ]; then
   echo "  saved the third-party layers to $saved in $((SECONDS - t0)) s"
 fi
 cache_from=(--cache-from "surplus-deps:$key" --cache-from "surplus-worker-deps:$key")
-build surplus:local "${args[@]}" "${cache_from[@]}" --target app .
-build surplus-worker:local "${args[@]}" "${cache_from[@]}" --target worker .
+# The build context has no .git: the version setuptools-scm reads here goes in as an argument.
+version=(--build-arg "SURPLUS_VERSION=$("$(dirname "$pip")/python" -m setuptools_scm)")
+build surplus:local "${args[@]}" "${cache_from[@]}" "${version[@]}" --target app .
+build surplus-worker:local "${args[@]}" "${cache_from[@]}" "${version[@]}" --target worker .
