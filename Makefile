@@ -1,6 +1,18 @@
-# Each target does its own set-up: a fresh clone needs only Python 3.11, Java 17 and Maven
-# (and Go for the tests: toxiproxy is built from the Go module proxy).
-PY      ?= python3.11
+# Each target does its own set-up and first checks what it needs on the machine
+# (infra/dev/prereqs.sh: one line naming what to install, nothing installed behind your back):
+# any Python 3.11-3.13, Java 17+ and Maven; for the tests also Go 1.23+ (toxiproxy and
+# ec2-metadata-mock are built from the Go module proxy) and promtool; Go 1.26+ for helm-check.
+# PY: the first of python3, python3.13, python3.12, python3.11 on the PATH that is 3.11-3.13.
+ifeq ($(origin PY),undefined)
+PY      := $(shell for p in python3 python3.13 python3.12 python3.11; do \
+             $$p -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' \
+             >/dev/null 2>&1 && { echo $$p; break; }; done)
+endif
+PREREQS := infra/dev/prereqs.sh
+# The oldest Go the pinned modules build with (go.mod of ec2-metadata-mock v1.13.0: 1.23;
+# helm v3.22.0, kubeconform v0.8.0, controller-gen v0.23.0: 1.26).
+GO_TEST_MIN := 1.23
+GO_HELM_MIN := 1.26
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
@@ -17,8 +29,8 @@ AEMM         := .tools/ec2-metadata-mock
 # uv resolves requirements.lock (`make lock`); installed from PyPI into .tools/.
 UV_VERSION := 0.13.8
 UV         := .tools/uv-$(UV_VERSION)/bin/uv
-# promtool lints /metrics and tests the alert rules; `make promtool` installs Debian's prometheus
-# package where none is on the PATH (as root, like CI).
+# promtool lints /metrics and tests the alert rules; `make promtool` checks there is one (Debian:
+# `apt install prometheus`; with SURPLUS_INSTALL_SYSTEM_PACKAGES=1, as .ci/run sets, it installs it).
 PROMTOOL ?= promtool
 # The Helm chart's checks (`make helm-check`): helm and kubeconform from the Go module proxy;
 # the schemas kubeconform reads are laid out offline in .tools/ from kubernetes-validate's
@@ -37,13 +49,19 @@ HELM_KUBE_VERSIONS     := 1.29.0 1.37.0
 CHART                  := infra/helm/surplus
 
 .PHONY: test test-fast test-faults lint demo soak bench clean setup compose-check toxiproxy ec2-metadata-mock lock \
-        test-client-install promtool test-alerts helm-check docs
+        test-client-install promtool test-alerts helm-check docs prereqs
 
 setup: $(STAMP) $(JARS)
+
+# Everything `make test` needs on the machine, each missing piece named (nothing installed).
+prereqs:
+	@$(PREREQS) python "$(PY)" java mvn go $(GO_TEST_MIN) promtool $(PROMTOOL)
+	@echo "prerequisites: $(PY) ($$($(PY) --version 2>&1)), java, mvn, go, $(PROMTOOL) found"
 
 # Every extra plus the test and docs tools (PEP 735 groups, pip 25.1+), at the versions
 # requirements.lock pins.
 $(STAMP): pyproject.toml requirements.lock
+	@test -x $(BIN)/python || $(PREREQS) python "$(PY)"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c requirements.lock -e '.[all]' --group test --group docs
@@ -56,14 +74,18 @@ lock: $(UV)
 	  --python-platform x86_64-unknown-linux-gnu --annotation-style line \
 	  --custom-compile-command "make lock" $(UPGRADE) -o requirements.lock
 
+# With the venv's pip (a Debian python3 has none of its own), not waiting for the install.
 $(UV):
-	$(PY) -m pip install -q --target .tools/uv-$(UV_VERSION) uv==$(UV_VERSION)
+	@test -x $(BIN)/python || $(PREREQS) python "$(PY)"
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --target .tools/uv-$(UV_VERSION) uv==$(UV_VERSION)
 
 # A fresh venv with only surplus[client] imports and uses the client (~20 s).
 test-client-install: $(STAMP)
 	$(BIN)/pytest -q -s tests/packaging
 
 $(JARS): infra/kafka/pom.xml $(STAMP)
+	@$(PREREQS) java mvn
 	$(BIN)/surplus kafka fetch
 	touch $(JARS)
 
@@ -74,6 +96,7 @@ $(TOXIPROXY): $(TOXIPROXY_BUILD)
 	ln -sfn toxiproxy-$(TOXIPROXY_VERSION)/server $@
 
 $(TOXIPROXY_BUILD):
+	@$(PREREQS) go $(GO_TEST_MIN)
 	GOBIN=$(abspath $(dir $@)) go install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
 
 # Built once per version into .tools/ like toxiproxy; .tools/ec2-metadata-mock points at it.
@@ -83,12 +106,11 @@ $(AEMM): $(AEMM_BUILD)
 	ln -sfn ec2-metadata-mock-$(AEMM_VERSION)/ec2-metadata-mock $@
 
 $(AEMM_BUILD):
+	@$(PREREQS) go $(GO_TEST_MIN)
 	GOBIN=$(abspath $(dir $@)) go install github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock@$(AEMM_VERSION)
 
 promtool:
-	@command -v $(PROMTOOL) >/dev/null || { apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
-	  >/dev/null; }
+	@infra/dev/system-package.sh $(PROMTOOL) prometheus "promtool: the metric lint and the alert rules' tests"
 	@$(PROMTOOL) --version | head -1
 
 # prometheus.yml and the rules it loads are valid, and each alert's unit tests pass (< 1 s).
@@ -97,12 +119,15 @@ test-alerts: promtool
 	$(PROMTOOL) test rules infra/prometheus/tests/*.test.yml
 
 $(HELM):
+	@$(PREREQS) go $(GO_HELM_MIN)
 	GOBIN=$(abspath $(dir $@)) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 $(KUBECONFORM):
+	@$(PREREQS) go $(GO_HELM_MIN)
 	GOBIN=$(abspath $(dir $@)) go install github.com/yannh/kubeconform/cmd/kubeconform@$(KUBECONFORM_VERSION)
 
 $(CONTROLLER_GEN):
+	@$(PREREQS) go $(GO_HELM_MIN)
 	GOBIN=$(abspath $(dir $@)) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 
 $(K8S_SCHEMAS)/.built: $(CONTROLLER_GEN) $(STAMP) infra/helm/kubeconform_schemas.py infra/helm/crds/go.mod
@@ -176,9 +201,10 @@ compose-check:
 clean:
 	rm -rf out site .pytest_cache .mypy_cache .ruff_cache
 
-# Docker with no registry (docs/deployment.md): a local engine
-# (Debian's dockerd, overlay2 or vfs storage, no bridge: host networking only, data root in .docker/,
-# started by these targets when none answers and stopped after), images made from a
+# Docker with no registry (docs/deployment.md): a local engine (Debian's dockerd, installed
+# only with SURPLUS_INSTALL_SYSTEM_PACKAGES=1; overlay2 or vfs storage, no bridge: host
+# networking only, data root in .docker/, started by these targets when none answers and
+# stopped after), images made from a
 # debootstrapped Debian base (`make images`), the Kafka tests through testcontainers
 # (`make test-containers`) and the compose stack up, checked and down (`make compose-up-test`).
 DOCKER_DIR      := .docker
@@ -201,6 +227,7 @@ with-engine = host=$$($(ENGINE) start $(DOCKER_DIR)) || exit 1; export DOCKER_HO
 # proxy. Built in a copy of the module: its go.mod has exclude directives, which `go install`
 # refuses.
 $(COMPOSE):
+	@$(PREREQS) go 1.24.9
 	@set -e; src=$$(go mod download -json github.com/docker/compose/v2@$(COMPOSE_VERSION) \
 	  | $(PY) -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'); \
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; cp -r "$$src"/. "$$tmp"; chmod -R u+w "$$tmp"; \

@@ -18,9 +18,8 @@ if [ -s "$image_tar" ] && [ -s "$tarball" ]; then
   "$docker" load -q -i "$image_tar" >/dev/null && echo "$tag: loaded from $image_tar" && exit 0
 fi
 if [ ! -s "$tarball" ]; then
-  command -v debootstrap >/dev/null || {
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-      --no-install-recommends debootstrap >/dev/null; }
+  "$(dirname "$0")/../dev/system-package.sh" debootstrap debootstrap \
+    "the Debian root filesystem of the images' base"
   mkdir -p "$cache"
   root=$(mktemp -d "$cache/rootfs.XXXXXX")
   trap 'rm -rf "$root"' EXIT

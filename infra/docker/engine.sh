@@ -2,7 +2,8 @@
 # A Docker engine for the local image builds, testcontainers and compose runs.
 #   engine.sh start DIR  -> prints the DOCKER_HOST to use. If one answers already ($DOCKER_HOST,
 #                           else the default socket) that one is used and nothing is started;
-#                           else dockerd (Debian's docker.io, installed if missing) starts with its
+#                           else dockerd (Debian's docker.io: infra/dev/system-package.sh installs
+#                           it only with SURPLUS_INSTALL_SYSTEM_PACKAGES=1) starts with its
 #                           data root in DIR, no iptables, no bridge (containers use host
 #                           networking only) and overlay2 storage where the kernel mounts overlay
 #                           on DIR's file system, else vfs ($SURPLUS_DOCKER_STORAGE chooses).
@@ -19,9 +20,8 @@ start)
   if [ -S "$sock" ] && DOCKER_HOST=unix://$sock docker version >/dev/null 2>&1; then
     echo "unix://$sock"; exit 0; fi
   if docker version >/dev/null 2>&1; then echo "${DOCKER_HOST:-unix:///var/run/docker.sock}"; exit 0; fi
-  command -v dockerd >/dev/null || {
-    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-      --no-install-recommends docker.io >/dev/null; }
+  "$(dirname "$0")/../dev/system-package.sh" dockerd docker.io \
+    "a Docker engine for the image builds, testcontainers and compose" >&2
   mkdir -p "$dir/data" "$dir/run"
   storage=${SURPLUS_DOCKER_STORAGE:-}
   if [ -z "$storage" ]; then
