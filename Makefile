@@ -29,6 +29,12 @@ AEMM         := .tools/ec2-metadata-mock
 # uv resolves requirements.lock (`make lock`); installed from PyPI into .tools/.
 UV_VERSION := 0.13.8
 UV         := .tools/uv-$(UV_VERSION)/bin/uv
+# torch: PyPI's Linux build is the CUDA one (with the nvidia-* libraries it links against, 5.2 GB
+# of the venv). Where no NVIDIA GPU answers nvidia-smi, `make setup` first takes the CPU build of
+# the locked version from PyTorch's own index, and PyPI's where that index cannot be reached
+# (`make setup TORCH_CPU_INDEX=` skips the attempt).
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_VERSION   := $(shell sed -n 's/^torch==\([^ ]*\).*/\1/p' requirements.lock)
 # promtool lints /metrics and tests the alert rules; `make promtool` checks there is one (Debian:
 # `apt install prometheus`; with SURPLUS_INSTALL_SYSTEM_PACKAGES=1, as .ci/run sets, it installs it).
 PROMTOOL ?= promtool
@@ -64,6 +70,12 @@ $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PREREQS) python "$(PY)"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	@if [ -n "$(TORCH_CPU_INDEX)" ] && ! nvidia-smi -L >/dev/null 2>&1 \
+	    && ! $(BIN)/python -c 'import torch' >/dev/null 2>&1; then \
+	  echo "no NVIDIA GPU: torch $(TORCH_VERSION), CPU build, from $(TORCH_CPU_INDEX)"; \
+	  $(BIN)/pip install -q --no-deps --timeout 20 --retries 1 --index-url $(TORCH_CPU_INDEX) \
+	    "torch==$(TORCH_VERSION)" \
+	  || echo "$(TORCH_CPU_INDEX) did not serve it: PyPI's torch, the CUDA build, run on the CPU"; fi
 	$(BIN)/pip install -q -c requirements.lock -e '.[all]' --group test --group docs
 	touch $(STAMP)
 
