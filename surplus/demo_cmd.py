@@ -37,6 +37,13 @@ def demo(
         min=0, max=19, help="Niceness added to the opportunistic replicas, so that on "
                             "shared cores their optional work yields the CPU to the "
                             "provisioned replicas' baseline work (0: none).")] = 5,
+    cores_per_unit: Annotated[float, typer.Option(
+        min=0.01, max=64.0, help="CPU cores one lent unit is: each opportunistic replica runs "
+                                 "in a cgroup CPU quota of its grant's size (root only; "
+                                 "elsewhere the run says it has no slices).")] = 0.5,
+    slices: Annotated[bool, typer.Option(
+        "--slices/--no-slices", help="Run opportunistic replicas in CPU slices (cgroups) "
+                                     "where the host allows it.")] = True,
     report_only: Annotated[bool, typer.Option(
         "--report", help="Only rebuild summary.json, plots and report.html from --out.")]
     = False,
@@ -63,7 +70,8 @@ def demo(
     options = DemoOptions(out=out, duration_s=duration, scenario=scenario, bootstrap=bootstrap,
                           prefix=prefix, prometheus=prometheus, rate=rate,
                           background_nice=background_nice,
-                          opportunistic_nice=opportunistic_nice)
+                          opportunistic_nice=opportunistic_nice,
+                          cores_per_unit=cores_per_unit, slices=slices)
     code = Demo(options, say=lambda line: typer.echo(line)).run()
     if code:
         raise typer.Exit(code)

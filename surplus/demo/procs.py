@@ -32,10 +32,14 @@ def _die_with_parent() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
-def _preexec(nice: int) -> Callable[[], None]:
-    """What runs in the child before exec: its CPU priority, then the parent-death signal."""
+def _preexec(nice: int, enter: Callable[[], None] | None = None) -> Callable[[], None]:
+    """What runs in the child before exec: its cgroup (``enter``, e.g. a CPU slice: a child
+    that cannot join it fails to start rather than run unbounded), its CPU priority, then the
+    parent-death signal."""
 
     def run() -> None:
+        if enter is not None:
+            enter()
         if nice:
             with contextlib.suppress(OSError):
                 os.nice(nice)
@@ -50,8 +54,10 @@ class Child:
 
     def __init__(self, name: str, args: list[str], log_dir: Path, *,
                  program: list[str] | None = None, env: dict[str, str] | None = None,
-                 nice: int = 0) -> None:
+                 nice: int = 0, enter: Callable[[], None] | None = None) -> None:
         self.name = name
+        #: Run in the child before exec (``Slice.enter``: its CPU slice, whole life long).
+        self.enter = enter
         #: Added to the child's niceness: a process off the serving and preemption paths
         #: (the control plane, the recorder) yields the CPU to those that are on them.
         self.nice = nice
@@ -69,7 +75,7 @@ class Child:
                 [*self.program, *self.args], stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
                 env={**os.environ, **(self.env or {})},
-                preexec_fn=_preexec(self.nice))
+                preexec_fn=_preexec(self.nice, self.enter))
         return self
 
     @property

@@ -19,8 +19,11 @@ from streams.replay_report import html_page
 from surplus import localkafka
 from surplus.demo import analysis
 from surplus.demo.analysis import Recorded, Requests, RunInfo, Series
+from surplus.demo.slices import Sample, busy_share
 
 EVENT_LOG = "events.jsonl.zst"
+SLICES = "slices.jsonl"
+"""The opportunistic replicas' CPU slices' usage counters, sampled about once a second."""
 BROKER_GC_LOG = "logs/kafka-gc.log"
 """The embedded broker's collector log, kept from its data directory when the run ends."""
 ATTRIBUTION = "Arrivals: Azure LLM inference trace 2023, Microsoft Azure Public Dataset, CC BY 4.0."
@@ -35,7 +38,8 @@ def build(out: Path) -> dict[str, Any]:
                 if (out / "loadgen" / "requests.csv").is_file() else None)
     loadgen = _json(out / "loadgen" / "loadgen.json")
     metrics = _json(out / "worker_metrics.json") or {}
-    summary = summarize(info, recorded, requests, loadgen, metrics)
+    samples = analysis.read_slices(out / SLICES)
+    summary = summarize(info, recorded, requests, loadgen, metrics, samples)
     gc_log = out / BROKER_GC_LOG
     if gc_log.is_file():
         summary.update(broker_pauses(info, localkafka.gc_pauses(gc_log.read_text())))
@@ -44,7 +48,7 @@ def build(out: Path) -> dict[str, Any]:
     summary["replay"] = (f"surplus replay {out / EVENT_LOG} --offline --config "
                          f"{out / 'control.toml'} --out {out / 'replay'}")
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
-    images = plots(out, info, recorded, requests)
+    images = plots(out, info, recorded, requests, samples)
     page(out, info, summary, images)
     return summary
 
@@ -122,7 +126,8 @@ def _json(path: Path) -> Any:
 # -- numbers ------------------------------------------------------------------------------------
 
 def summarize(info: RunInfo, rec: Recorded | None, req: Requests | None,
-              loadgen: dict[str, Any] | None, metrics: dict[str, str]) -> dict[str, Any]:
+              loadgen: dict[str, Any] | None, metrics: dict[str, str],
+              slices: list[tuple[float, Sample]] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "scenario": info.scenario, "region": info.region, "duration_s": info.duration_s,
         "load_seconds": round((info.end_ms - info.start_ms) / 1000.0, 3),
@@ -132,7 +137,7 @@ def summarize(info: RunInfo, rec: Recorded | None, req: Requests | None,
                    for n, a, b in info.phases]}
     out.update(_baseline(info, rec, req))
     out.update(_optional(info, rec, loadgen))
-    out.update(_levers(info, rec, loadgen))
+    out.update(_levers(info, rec, loadgen, slices or []))
     out.update(_replicas(info, loadgen))
     buckets = analysis.reaction_buckets(metrics)
     p99 = analysis.histogram_quantile(0.99, buckets)
@@ -166,17 +171,34 @@ def _baseline(info: RunInfo, rec: Recorded | None, req: Requests | None) -> dict
         out["client_latency_p99_ms"] = _round(np.percentile(served, 99) if served.size else None)
         _, cy = analysis.client_windows(req, info)
         out["client_ranking_p99_windows_over_sla"] = sum(1 for y in cy if y > info.sla_p99_ms)
+        client = analysis.client_sla_windows(req, info)
+        out["client_sla_violation_windows"] = sum(w.violated for w in client)
+        out["client_windows_judged"] = sum(w.judged for w in client)
+        out["client_windows_total"] = len(client)
     if rec is not None:
-        windows = analysis.ranking_windows(rec.telemetry, info)
+        windows = analysis.sla_windows(rec.telemetry, info)
         judged = [w for w in windows if w.judged]
+        ranking = [w.p99_ms for w in judged if w.p99_ms is not None]
+        powerful = [w.powerful_p99_ms for w in judged if w.powerful_p99_ms is not None]
         out["baseline_sla_violation_windows"] = sum(w.violated for w in judged)
         out["baseline_windows_judged"] = len(judged)
         out["baseline_windows_total"] = len(windows)
-        out["baseline_p99_ms_worst_window"] = _round(max((w.p99_ms or 0.0 for w in judged),
-                                                         default=None))
+        out["baseline_windows_unjudged"] = [w.index for w in windows if not w.judged]
+        out["baseline_violations_by_path"] = {
+            path: sum(path in w.over for w in judged) for path in ("ranking", "powerful")}
+        out["baseline_p99_ms_worst_window"] = _round(max(ranking, default=None))
         out["baseline_p99_ms_median_window"] = _round(
-            float(np.median([w.p99_ms for w in judged])) if judged else None)
+            float(np.median(ranking)) if ranking else None)
+        out["powerful_p99_ms_worst_window"] = _round(max(powerful, default=None))
+        out["deadline_ms"] = info.deadline_ms
         out["baseline_rejected_by_workers"] = rec.telemetry.rejected
+        out["sla_method"] = (
+            "every control window of the load with a baseline request is judged on every "
+            "baseline request whichever path served it (workers' reports): ranking requests' "
+            "p99 (all ranking replicas merged, or any ranking pool with min_samples, whichever "
+            "is higher) against sla_p99_ms, requests the powerful model served against "
+            "deadline_ms; client_* is the same verdict on end-to-end latencies, fallbacks "
+            "judged whole against the deadline")
     return out
 
 
@@ -229,8 +251,8 @@ def _optional(info: RunInfo, rec: Recorded | None,
     return out
 
 
-def _levers(info: RunInfo, rec: Recorded | None,
-            loadgen: dict[str, Any] | None) -> dict[str, Any]:
+def _levers(info: RunInfo, rec: Recorded | None, loadgen: dict[str, Any] | None,
+            slices: list[tuple[float, Sample]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if loadgen is not None:
         out["incremental_value"] = loadgen.get("incremental_value")
@@ -250,9 +272,37 @@ def _levers(info: RunInfo, rec: Recorded | None,
         out["preemption_notices"] = len(rec.notices)
         lent = analysis.lent_series(rec.capacity, info)
         out["opportunistic_units_mean"] = round(analysis.time_weighted_mean(lent, 0.0, end), 3)
-        out["opportunistic_busy_share_lent"] = _round(
-            analysis.busy_share_lent(rec.telemetry, rec.capacity, info))
+        reported = analysis.busy_share_lent(rec.telemetry, rec.capacity, info)
+        out["opportunistic_busy_share_reported"] = _round(reported)
+        out.update(_busy_share(info, slices, reported))
         out["limited_by"] = analysis.limited_by(rec.targets)
+    return out
+
+
+def _busy_share(info: RunInfo, samples: list[tuple[float, Sample]],
+                reported: float | None) -> dict[str, Any]:
+    """The opportunistic replicas' busy share while lent: measured by the kernel (CPU time
+    their slices used over the slices' quota time) when the run had slices, else the model
+    busy time the replicas reported, and the summary says which and why."""
+    mode = info.slices.get("mode", "none")
+    out: dict[str, Any] = {"cpu_slices": info.slices or {"mode": "none",
+                                                         "reason": "not recorded"}}
+    share = busy_share(s for _, s in samples)
+    if mode != "none" and share.share is not None:
+        out["opportunistic_busy_share_lent"] = _round(share.share)
+        out["opportunistic_busy_share_by_replica"] = {
+            w: _round(v) for w, v in share.by_replica.items()}
+        out["opportunistic_cpu_used_s"] = _round(share.used_s, 2)
+        out["opportunistic_quota_s"] = _round(share.quota_s, 2)
+        out["opportunistic_busy_share_method"] = (
+            f"CPU time the opportunistic replicas' {mode} slices used (usage counter) over "
+            "their quota time (cores x seconds), from each replica's readiness to its reclaim")
+    else:
+        out["opportunistic_busy_share_lent"] = _round(reported)
+        why = info.slices.get("reason") or "no slice samples were recorded"
+        out["opportunistic_busy_share_method"] = (
+            f"NO CPU SLICES ({why}): the opportunistic replicas shared the host's cores; this "
+            "is the model busy time they reported over the units lent, not a share of a quota")
     return out
 
 
@@ -293,13 +343,14 @@ def _save(fig: Any, path: Path) -> str:
     return path.name
 
 
-def plots(out: Path, info: RunInfo, rec: Recorded | None, req: Requests | None) -> list[str]:
+def plots(out: Path, info: RunInfo, rec: Recorded | None, req: Requests | None,
+          samples: list[tuple[float, Sample]] | None = None) -> list[str]:
     images: list[str] = []
     if rec is None:
         return images
     images.append(latency_plot(out / "latency.png", info, rec, req))
     images.append(targets_plot(out / "targets.png", info, rec))
-    images.append(capacity_plot(out / "capacity.png", info, rec))
+    images.append(capacity_plot(out / "capacity.png", info, rec, samples or []))
     images.append(shedding_plot(out / "shedding.png", info, rec,
                                 read_lines(out / "loadgen" / "loadgen.jsonl")))
     return images
@@ -308,7 +359,7 @@ def plots(out: Path, info: RunInfo, rec: Recorded | None, req: Requests | None) 
 def latency_plot(path: Path, info: RunInfo, rec: Recorded, req: Requests | None) -> str:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 3.6), dpi=100)
-    windows = [w for w in analysis.ranking_windows(rec.telemetry, info) if w.judged]
+    windows = [w for w in analysis.sla_windows(rec.telemetry, info) if w.p99_ms is not None]
     ax.plot([w.start_s for w in windows], [w.p99_ms for w in windows], drawstyle="steps-post",
             label="ranking pools p99 (worker, worst pool)", color="tab:blue")
     if req is not None:
@@ -356,13 +407,18 @@ def _step(ax: Any, series: Series, label: str, color: str) -> None:
     ax.plot(xs, ys, drawstyle="steps-post", label=label, color=color)
 
 
-def capacity_plot(path: Path, info: RunInfo, rec: Recorded) -> str:
+def capacity_plot(path: Path, info: RunInfo, rec: Recorded,
+                  samples: list[tuple[float, Sample]]) -> str:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 3.6), dpi=100)
     _step(ax, analysis.lent_series(rec.capacity, info), "lent by the scheduler (units)",
           "tab:orange")
     ux, uy = analysis.per_second(rec.telemetry, "used_units", info)
-    ax.plot(ux, uy, label="busy share of the opportunistic replicas (measured)",
+    if samples:
+        sx, sy = analysis.slice_busy_per_second(samples, info)
+        ax.plot(sx, sy, label="CPU used / quota of the replicas' slices (cgroup)",
+                color="tab:red", linewidth=1)
+    ax.plot(ux, uy, label="busy share of the opportunistic replicas (reported)",
             color="tab:blue", linewidth=1)
     _, optional = analysis.per_second(rec.telemetry, "optional_units_busy", info)
     ax.plot(ux, optional, label="of which optional work (measured busy time)",
@@ -457,6 +513,7 @@ HEADLINE = ("baseline_requests_total", "baseline_requests_failed",
             "optional_units_done", "optional_units_shed", "incremental_value",
             "notice_to_shed_p99_ms", "notice_to_shed_mean_ms", "notice_delivery_p99_ms",
             "broker_gc_pause_max_ms", "opportunistic_busy_share_lent",
+            "opportunistic_busy_share_method", "client_sla_violation_windows",
             "limited_by", "coverage_mean",
             "extra_candidates_mean",
             "extra_candidates_sent_mean", "requests_served_by_powerful_model",

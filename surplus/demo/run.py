@@ -43,7 +43,7 @@ from schemas.topics import SCOPE_PARTITIONS
 from sim import schedule
 from sim.scenario import Scenario, ScenarioError
 from surplus import localkafka
-from surplus.demo import plan, report
+from surplus.demo import plan, report, slices
 from surplus.demo.analysis import RunInfo
 from surplus.demo.monitor import Monitor, last_line
 from surplus.demo.procs import Child, metrics_text, wait_until
@@ -83,7 +83,17 @@ class DemoOptions:
     """Niceness of the opportunistic replicas (0: as the provisioned ones). Harvested
     capacity is best-effort: on the demo's shared cores a burst of optional work on a lent
     replica must not take the CPU from the provisioned replica's baseline work. On a fleet the
-    lent replicas run on hardware of their own."""
+    lent replicas run on hardware of their own. In a CPU slice it is the slice's weight (a
+    process's niceness counts only against the others in its own cgroup)."""
+    cores_per_unit: float = 0.5
+    """CPU cores one lent unit of the demo's ``cpu`` accelerator is: each opportunistic
+    replica runs in a CPU slice of its grant's units (one per replica) times this, so what is
+    lent bounds what the replica can do. 0.5 leaves the provisioned replica, the broker, the
+    control plane and the load generator a core of a two-core machine between them."""
+    slice_period_us: int = slices.DEFAULT_PERIOD_US
+    """The slices' quota period (see ``slices.DEFAULT_PERIOD_US``)."""
+    slices: bool = True
+    """Run the opportunistic replicas in CPU slices (cgroups) where this host allows it."""
 
 
 @dataclass
@@ -119,6 +129,12 @@ class Demo:
         self.offline: set[str] = set()
         #: /metrics of replica processes already taken back, by ``worker_id#n``.
         self.scraped: dict[str, str] = {}
+        #: The opportunistic replicas' CPU slices, and what is known of each replica's life:
+        #: how many it has had, and whether the current one serves its lent capacity.
+        self.cpu = slices.CpuSlices(0, "not opened")
+        self.lives: dict[str, int] = {}
+        self.serving: dict[str, bool] = {}
+        self.next_sample = 0.0
 
     # -- the run -------------------------------------------------------------------------
 
@@ -170,7 +186,7 @@ class Demo:
         self.replicas = plan.replicas(self.region)
         self.changes = plan.replica_changes(self.actions, self.replicas)
         self.out.mkdir(parents=True, exist_ok=True)
-        for name in ("summary.json", "report.html", "run.json", report.EVENT_LOG,
+        for name in ("summary.json", "report.html", "run.json", report.EVENT_LOG, report.SLICES,
                      "worker_metrics.json", "latency.png", "targets.png", "capacity.png",
                      "shedding.png"):
             (self.out / name).unlink(missing_ok=True)
@@ -259,23 +275,98 @@ class Demo:
         path.write_text(plan.to_toml(tree))
         return path
 
+    def _open_slices(self) -> dict[str, slices.Slice]:
+        """A CPU slice per opportunistic replica, of its grant's size (one unit each, see
+        ``DemoOptions.cores_per_unit``); where this host allows none, the run goes on
+        without and says why here and in its summary."""
+        lent = [r for r in self.replicas if r.tier == "opportunistic"]
+        if not lent:
+            return {}
+        if not self.opt.slices:
+            self.cpu = slices.CpuSlices(0, "turned off (--no-slices)")
+        else:
+            self.cpu = slices.CpuSlices.open(f"surplus-demo-{os.getpid()}")
+        made: dict[str, slices.Slice] = {}
+        try:
+            if self.cpu.version:
+                quota = slices.quota_for(self.opt.cores_per_unit, self.opt.slice_period_us)
+                weight = slices.nice_weight(self.opt.opportunistic_nice)
+                made = {r.worker_id: self.cpu.make(r.worker_id, quota, weight) for r in lent}
+        except slices.SliceError as exc:
+            self.cpu.close()
+            self.cpu = slices.CpuSlices(0, str(exc))
+            made = {}
+        if made:
+            q = next(iter(made.values())).quota
+            self.say(f"cpu slices ({self.cpu.mode}): each opportunistic replica gets "
+                     f"{q.cores:g} cores ({q.quota_us} us every {q.period_us} us)")
+        else:
+            self.say(f"WARNING: no CPU slices ({self.cpu.reason}): the opportunistic replicas "
+                     "share every core, so what is lent bounds nothing, and their busy share "
+                     "is what they report, not a share of a quota")
+        return made
+
+    def _slices_info(self) -> dict[str, Any]:
+        cores = {w: s.quota.cores for w, s in self.cpu.slices.items()}
+        period = next(iter(self.cpu.slices.values())).quota.period_us if cores else None
+        return {"mode": self.cpu.mode if cores else "none",
+                **({"reason": self.cpu.reason or "no slice could be made"} if not cores else {}),
+                "cores": cores, "period_us": period,
+                "cores_per_unit": self.opt.cores_per_unit}
+
+    def _sample_slices(self, *, force: bool = False,
+                       ending: tuple[str, ...] = ()) -> None:
+        """About once a second, each running slice's usage counter (``slices.jsonl``); a
+        replica counts as lent from its readiness to its reclaim (``ending`` takes a last
+        sample of those being reclaimed now, still lent)."""
+        if not self.cpu.slices or (not force and time.monotonic() < self.next_sample):
+            return
+        self.next_sample = time.monotonic() + 1.0
+        rows = []
+        for worker_id, slice_ in self.cpu.slices.items():
+            if worker_id not in self.lives:
+                continue
+            child = self.children.get(worker_id)
+            lent = worker_id not in self.offline or worker_id in ending
+            if lent and not self.serving.get(worker_id):
+                self.serving[worker_id] = self._ready(self.ports.workers[worker_id], 0.5)
+            try:
+                usage = slice_.usage_usec()
+            except (OSError, ValueError):
+                continue
+            rows.append({"t_s": round((wall_ms() - self.start_ms) / 1000.0, 3),
+                         "mono_s": round(time.monotonic(), 4), "worker_id": worker_id,
+                         "life": self.lives[worker_id], "usage_usec": usage,
+                         "cores": slice_.quota.cores,
+                         "lent": bool(lent and self.serving.get(worker_id)
+                                      and child is not None)})
+        if rows:
+            with (self.out / report.SLICES).open("a") as fh:
+                fh.writelines(json.dumps(r) + "\n" for r in rows)
+
     def _start_workers(self) -> None:
         """Every worker gets its process description now; the provisioned ones start now, the
-        opportunistic ones whose capacity follows a schedule when it lends them."""
+        opportunistic ones whose capacity follows a schedule when it lends them (each in its
+        CPU slice where the host allows, see ``_open_slices``)."""
         config = self._worker_config()
         managed = plan.managed_replicas(self.changes)
+        made = self._open_slices()
         for r in self.replicas:
+            cpu = made.get(r.worker_id)
             self.children[r.worker_id] = Child(r.worker_id, [
                 "worker", "--config", str(config), "--worker-id", r.worker_id,
                 "--region", r.region, "--service", r.service, "--tier", r.tier,
                 "--accelerator", r.accelerator, "--model", r.model,
                 "--port", str(self.ports.workers[r.worker_id]), *self._kafka_args(),
                 "--loglevel", "warning"], self.out / "logs",
-                nice=self.opt.opportunistic_nice if r.tier == "opportunistic" else 0)
+                nice=self.opt.opportunistic_nice if r.tier == "opportunistic" else 0,
+                enter=cpu.enter if cpu is not None else None)
         now = [r.worker_id for r in self.replicas if r.worker_id not in managed]
         self.offline = set(managed)
         for worker_id in now:
             self.children[worker_id].start()
+            if worker_id in made:
+                self.lives[worker_id] = 1
         self.say(f"workers: starting {', '.join(now)} (torch models load and warm up in each); "
                  f"{len(managed)} opportunistic replica(s) start when their capacity is lent")
         for worker_id in now:
@@ -313,6 +404,8 @@ class Demo:
             child.stop(signal.SIGTERM, 10.0)
         child.start()
         self.offline.discard(worker_id)
+        self.lives[worker_id] = self.lives.get(worker_id, 0) + 1
+        self.serving[worker_id] = False
         self.say(f"replica {worker_id}: capacity lent, starting")
 
     def _replica_down(self, worker_id: str) -> None:
@@ -320,6 +413,8 @@ class Demo:
         histogram lives in the process), then stop it as a reclaimed machine goes: it serves
         what it has queued and exits while the run goes on."""
         self.offline.add(worker_id)
+        self._sample_slices(force=True, ending=(worker_id,))
+        self.serving[worker_id] = False
         text = self._scrape(worker_id)
         if text is not None:
             self.scraped[f"{worker_id}#{len(self.scraped) + 1}"] = text
@@ -343,10 +438,10 @@ class Demo:
     def _stopping(self) -> bool:
         return self.stop.is_set() or bool(self._dead())
 
-    def _ready(self, port: int) -> bool:
+    def _ready(self, port: int, timeout_s: float = 2.0) -> bool:
         url = f"http://127.0.0.1:{port}/readyz"
         try:
-            with urllib.request.urlopen(url, timeout=2.0) as resp:
+            with urllib.request.urlopen(url, timeout=timeout_s) as resp:
                 return bool(resp.status == 200)
         except (urllib.error.URLError, OSError):
             return False
@@ -402,6 +497,7 @@ class Demo:
                 self._progress()
                 next_line = time.monotonic() + self.opt.progress_every_s
             self._observe()
+            self._sample_slices()
             self.stop.wait(0.25)
         self._progress()
 
@@ -467,6 +563,8 @@ class Demo:
         self.end_ms = max(self.start_ms, min(self.end_ms or wall_ms(), wall_ms()))
         self._stop_child("scheduler", signal.SIGTERM, 5 if quick() else 20)
         self.pending = []
+        with contextlib.suppress(OSError):
+            self._sample_slices(force=True)
         self._scrape_workers()
         workers = [r.worker_id for r in getattr(self, "replicas", [])]
         for name in workers:
@@ -474,6 +572,9 @@ class Demo:
                 self.children[name].send(signal.SIGTERM)
         for name in workers:
             self._stop_child(name, signal.SIGTERM, 5 if quick() else 30)
+        left = self.cpu.close()
+        if left:
+            self.say(f"warning: CPU slices not removed (still in use?): {', '.join(left)}")
         self._stop_child("control-plane", signal.SIGTERM, 5 if quick() else 30)
         if "recorder" in self.children and not quick():
             time.sleep(1.5)  # let the recorder read the last revokes and reports
@@ -523,7 +624,7 @@ class Demo:
                         interrupted=self.stop.is_set(),
                         kafka="embedded" if self.broker_dir else "external",
                         endpoints=self._endpoints(),
-                        replica_changes=self.replica_log)
+                        replica_changes=self.replica_log, slices=self._slices_info())
         (self.out / "run.json").write_text(json.dumps(asdict(info), indent=2) + "\n")
         try:
             summary = report.build(self.out)
@@ -575,7 +676,8 @@ def _builtins(struct: Any) -> dict[str, Any]:
 def run_info(scenario: Scenario, phases: list[plan.Phase], replicas: list[plan.Replica],
              start_ms: int, end_ms: int, duration_s: float, *, interrupted: bool,
              kafka: str, endpoints: dict[str, int],
-             replica_changes: list[tuple[float, str, str]] | None = None) -> RunInfo:
+             replica_changes: list[tuple[float, str, str]] | None = None,
+             slices: dict[str, Any] | None = None) -> RunInfo:
     region = scenario.regions[0]
     return RunInfo(
         scenario=scenario.name, region=region.name, start_ms=start_ms, end_ms=end_ms,
@@ -585,14 +687,19 @@ def run_info(scenario: Scenario, phases: list[plan.Phase], replicas: list[plan.R
         phases=[(p.name, p.start_s, p.end_s) for p in phases],
         storms=plan.storm_windows(scenario), replicas=[r.worker_id for r in replicas],
         interrupted=interrupted, kafka=kafka,
-        endpoints=endpoints, replica_changes=replica_changes or [])
+        endpoints=endpoints, replica_changes=replica_changes or [],
+        deadline_ms=region.deadline_ms, slices=slices or {})
 
 
 def verdict(summary: dict[str, Any]) -> str:
     return (f"summary: {summary.get('baseline_requests_total', 0)} baseline requests, "
             f"{summary.get('baseline_requests_failed')} failed, "
-            f"{summary.get('baseline_sla_violation_windows')} SLA-violation windows of "
-            f"{summary.get('baseline_windows_judged')}; optional units done "
+            f"{summary.get('baseline_sla_violation_windows')} SLA-violation windows "
+            f"({summary.get('baseline_windows_judged')} of "
+            f"{summary.get('baseline_windows_total')} judged); opportunistic busy share "
+            f"{summary.get('opportunistic_busy_share_lent')} "
+            f"({(summary.get('cpu_slices') or {}).get('mode', 'none')} slices); "
+            f"optional units done "
             f"{summary.get('optional_units_done', 0):,}, shed "
             f"{summary.get('optional_units_shed', 0):,}; incremental value "
             f"{summary.get('incremental_value')}; notice->shed p99 "

@@ -46,16 +46,18 @@ def report(end_ms: int, latencies: list[float], pool: str = "eu1/rank/baseline/c
         optional_units_done=5, optional_units_shed={"preemption": 2})
 
 
-def test_a_window_is_violated_only_with_enough_samples_over_the_sla() -> None:
-    run = info()
+def test_every_window_with_a_baseline_request_is_judged_few_samples_included() -> None:
+    run = info(deadline_ms=100.0)
     tel = Telemetry()
     analysis._telemetry(tel, report(T0 + 1000, [5.0] * 30), run)            # window 0: fine
     analysis._telemetry(tel, report(T0 + 3000, [5.0] * 25 + [90.0] * 5), run)  # window 1: over
-    analysis._telemetry(tel, report(T0 + 5000, [200.0] * 10), run)         # window 2: too few
-    windows = analysis.ranking_windows(tel, run)
+    analysis._telemetry(tel, report(T0 + 5000, [200.0] * 10), run)  # window 2: few, all late
+    analysis._telemetry(tel, report(T0 + 7000, [5.0] * 3), run)     # window 3: few, in time
+    windows = analysis.sla_windows(tel, run)
     assert [(w.judged, w.violated) for w in windows] == [
-        (True, False), (True, True), (False, False), (False, False), (False, False)]
+        (True, False), (True, True), (True, True), (True, False), (False, False)]
     assert windows[1].p99_ms is not None and windows[1].p99_ms > 50.0
+    assert windows[2].over == ("ranking",)
 
 
 def test_the_worst_pool_decides_a_window() -> None:
@@ -63,14 +65,65 @@ def test_the_worst_pool_decides_a_window() -> None:
     tel = Telemetry()
     analysis._telemetry(tel, report(T0 + 1000, [5.0] * 30), run)
     analysis._telemetry(tel, report(T0 + 1500, [70.0] * 30, pool="eu1/rank/baseline/cpu/opp"), run)
-    assert analysis.ranking_windows(tel, run)[0].violated
+    assert analysis.sla_windows(tel, run)[0].violated
+
+
+def test_a_small_slow_pool_counts_in_the_merged_ranking_path() -> None:
+    """A pool under min_samples is not the control plane's measure, but its requests are
+    baseline requests: 3 slow of 30 put the ranking path's p99 over the SLA."""
+    run = info()
+    tel = Telemetry()
+    analysis._telemetry(tel, report(T0 + 1000, [5.0] * 27), run)
+    analysis._telemetry(tel, report(T0 + 1500, [90.0] * 3, pool="eu1/rank/baseline/cpu/opp"), run)
+    w = analysis.sla_windows(tel, run)[0]
+    assert w.judged and w.violated and w.samples == 30
+
+
+def test_requests_the_powerful_model_served_are_judged_against_the_deadline() -> None:
+    run = info(deadline_ms=100.0)
+    tel = Telemetry()
+    pool = "eu1/rank/powerful/cpu/opportunistic"
+    analysis._telemetry(tel, report(T0 + 1000, [90.0] * 30, pool=pool, model="powerful"), run)
+    analysis._telemetry(tel, report(T0 + 3000, [150.0] * 2, pool=pool, model="powerful"), run)
+    w0, w1 = analysis.sla_windows(tel, run)[:2]
+    assert (w0.judged, w0.violated, w0.p99_ms, w0.powerful_samples) == (True, False, None, 30)
+    assert (w1.judged, w1.violated, w1.over) == (True, True, ("powerful",))
+
+
+def test_without_a_recorded_deadline_the_powerful_path_is_not_judged() -> None:
+    run = info()  # a run.json from before the deadline was recorded
+    tel = Telemetry()
+    analysis._telemetry(tel, report(T0 + 1000, [500.0] * 5, pool="p", model="powerful"), run)
+    assert not analysis.sla_windows(tel, run)[0].judged
+
+
+def test_judge_names_each_path_over_its_own_bound() -> None:
+    w = analysis.judge(3, 6.0, (55.0, 10), (120.0, 4), sla_ms=50.0, deadline_ms=100.0)
+    assert (w.judged, w.violated, w.over) == (True, True, ("ranking", "powerful"))
+    w = analysis.judge(3, 6.0, (None, 0), (None, 0), sla_ms=50.0, deadline_ms=100.0)
+    assert (w.judged, w.violated) == (False, False)
+
+
+def test_client_windows_judge_fallbacks_whole_against_the_deadline() -> None:
+    run = info(deadline_ms=100.0)
+    t = np.array([0.1, 0.2, 0.3, 2.1, 2.2, 4.5])
+    req = analysis.Requests(
+        t_s=t, latency_ms=np.array([10.0, 70.0, 20.0, 95.0, 30.0, math.nan]),
+        ok=np.array([True, True, True, True, True, False]),
+        model=["baseline", "powerful", "baseline", "baseline", "baseline", "baseline"],
+        errors={}, fell_back=np.array([False, False, False, True, False, False]))
+    windows = analysis.client_sla_windows(req, run)
+    assert [(w.judged, w.violated) for w in windows] == [
+        (True, False), (True, False), (True, True), (False, False), (False, False)]
+    assert windows[0].powerful_samples == 1 and windows[1].powerful_p99_ms == 95.0
+    assert windows[2].over == ("ranking",)  # a failed request is never in time
 
 
 def test_reports_outside_the_load_phase_are_not_judged_but_their_work_counts() -> None:
     run = info()
     tel = Telemetry()
     analysis._telemetry(tel, report(T0 - 500, [500.0] * 50), run)  # warm-up, before the start
-    assert not any(w.judged for w in analysis.ranking_windows(tel, run))
+    assert not any(w.judged for w in analysis.sla_windows(tel, run))
     assert tel.done["rma"] == 5 and tel.shed["preemption"] == 2
 
 
