@@ -51,7 +51,12 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 def safe(row: Mapping[str, str]) -> bool:
     """A window with no baseline SLA violation and no rejected baseline request."""
-    return row["violation"] != "True" and int(row["rejected"]) == 0
+    return not violated(row) and int(row["rejected"]) == 0
+
+
+def violated(row: Mapping[str, str]) -> bool:
+    """The timeline's violation column (written as 0/1)."""
+    return row["violation"] not in ("0", "False", "")
 
 
 def choose(candidates: Mapping[tuple[int, float], Mapping[str, str]]) -> tuple[int, float]:
@@ -98,7 +103,7 @@ def _summary(rows: list[dict[str, str]], picks: dict[str, int]) -> dict[str, Any
     return {
         "controller": NAME,
         "windows": len(judged),
-        "baseline_sla_violation_windows": sum(r["violation"] == "True" for r in judged),
+        "baseline_sla_violation_windows": sum(violated(r) for r in judged),
         "baseline_requests_rejected": sum(int(r["rejected"]) for r in rows),
         "opportunistic_utilization": None,
         "incremental_value": round(sum(float(r["incremental_value"]) for r in rows), 6),

@@ -35,6 +35,8 @@ from streams.control.config import SbmConfig
 from streams.control.windows import WindowStats
 
 _GAIN_BOUND = 1e6
+#: Utilisation under which a powerful pool's throughput is not extrapolated (too noisy).
+MIN_UTILISATION = 0.02
 #: Under the SLA, the cap on the extras of powerful requests grows by this ratio a period
 #: (and by one candidate at least) until it reaches RMA's target and is lifted.
 EXTRA_REGROWTH = 1.25
@@ -52,6 +54,19 @@ def measured_rps(stats: list[WindowStats]) -> float:
     """What the opportunistic powerful-model replicas measured they can serve."""
     return sum(w.capacity_rps for w in sorted(stats, key=lambda w: w.pool_id)
                if w.model == "powerful" and w.tier == "opportunistic")
+
+
+def powerful_room(stats: list[WindowStats], headroom: float) -> tuple[float, float] | None:
+    """Spare units/s the opportunistic powerful-model replicas have up to ``headroom`` of
+    their time (negative past it), and the requests/s they serve; None when they serve too
+    little to measure. A replica's throughput is the units it scored over its busy share."""
+    live = [w for w in sorted(stats, key=lambda w: w.pool_id)
+            if w.model == "powerful" and w.tier == "opportunistic"
+            and w.utilisation >= MIN_UTILISATION and w.units_rate > 0]
+    rps = sum(w.request_rate for w in live)
+    if not live or rps <= 0:
+        return None
+    return sum(w.units_rate * (headroom / w.utilisation - 1.0) for w in live), rps
 
 
 def planned_rps(measured_rps: float, sbm_accel_units: float,
@@ -115,7 +130,10 @@ class SbmPolicy:
             self._held = 0.0
         else:
             wanted, why = self.coverage + self._increase(max(judged)), "sla"
-            self._regrow_extra(rma_extra)
+            if wanted > cap and cap < cfg.max_coverage:
+                self._crowded(rma_extra)
+            else:
+                self._regrow_extra(rma_extra, powerful_room(stats, cfg.headroom))
         if ceiling is not None:
             cap, why = min(cap, ceiling), "hold"
         if self._held > wanted and why == "sla":
@@ -150,13 +168,36 @@ class SbmPolicy:
             return self.coverage
         return self.coverage * trim
 
-    def _regrow_extra(self, rma_extra: int) -> None:
-        """Under the SLA: let the powerful requests' extras back, lifting the cap at RMA's."""
+    def _crowded(self, rma_extra: int) -> None:
+        """Under the SLA, but the powerful capacity holds coverage below what it would take:
+        the extras of covered requests are what crowd out the next covered request. Per unit
+        of the powerful replicas' time, covering a request (its segment's gain for its base
+        candidates) is worth far more than the last, flattest stretch of RMA's curve, so the
+        extras are cut first, as over the SLA; the measured cost of a powerful request falls
+        with them and the capacity cap on coverage rises. With coverage at its maximum the
+        cap regrows (``_regrow_extra``) and the extras take the capacity coverage leaves."""
         cap = self.extra_cap
-        if cap is None:
+        if rma_extra > 0 and (cap is None or cap > 0):
+            self.extra_cap = math.floor((rma_extra if cap is None else min(cap, rma_extra))
+                                        * self.config.trim_factor)
+
+    def _regrow_extra(self, rma_extra: int, room: tuple[float, float] | None = None) -> None:
+        """Under the SLA, coverage not held by capacity: the powerful requests' extras take
+        the room coverage leaves on the powerful replicas, and no more. With the replicas'
+        measured room (``powerful_room``: spare units/s at the headroom, and requests/s) each
+        request may carry that room's share more (or less, past the headroom); growth is
+        at most ``EXTRA_REGROWTH`` a period. The cap is lifted at RMA's target. Sized by RMA's
+        target alone, a covered request would carry extras the replica then sheds as
+        overload: in `demo_tight` six units shed for every one done."""
+        cap = self.extra_cap
+        current = rma_extra if cap is None else min(cap, rma_extra)
+        grown = max(current + 1, math.ceil(current * EXTRA_REGROWTH))
+        if room is not None:
+            spare, rps = room
+            grown = min(grown, max(0, math.floor(current + spare / rps)))
+        elif cap is None:
             return
-        cap = max(cap + 1, math.ceil(cap * EXTRA_REGROWTH))
-        self.extra_cap = None if cap >= rma_extra else cap
+        self.extra_cap = None if grown >= rma_extra else grown
 
     def _increase(self, p99_ms: float) -> float:
         """How far coverage may rise this period. Far under the SLA it grows by a ratio (slow

@@ -33,7 +33,8 @@ MAX_STEP = 8.0
 
 
 def feed_period(c: ScopeController, t0: int, *, rank_p99: float = 30.0,
-                powerful_p99: float = 100.0, samples: int = 100) -> int:
+                powerful_p99: float = 100.0, samples: int = 100,
+                powerful_capacity_rps: float = 60.0) -> int:
     """One control period of reports: two ranking workers, one powerful worker."""
     for second in range(PERIOD_MS // 1000):
         start, end = t0 + second * 1000, t0 + (second + 1) * 1000
@@ -41,7 +42,7 @@ def feed_period(c: ScopeController, t0: int, *, rank_p99: float = 30.0,
             c.on_report(report(RANK_POOL, worker=worker, p99_ms=rank_p99, samples=samples,
                                start_ms=start, end_ms=end), end)
         c.on_report(report(POWERFUL_POOL, worker="p1", p99_ms=powerful_p99, samples=samples,
-                           start_ms=start, end_ms=end, capacity_rps=60.0), end)
+                           start_ms=start, end_ms=end, capacity_rps=powerful_capacity_rps), end)
     return t0 + PERIOD_MS
 
 
@@ -214,7 +215,7 @@ def test_high_latency_cuts_extra_work() -> None:
 
 
 def test_a_slow_powerful_pool_caps_its_requests_extras_first_and_only_then_says_v5() -> None:
-    c = granted()
+    c = granted(with_overrides(CONFIG, {"sbm.max_coverage": 0.12}))  # under the capacity's
     t, before = run(c, 0, 5)
     assert before.v == 2 and before.sbm.extra_candidates is None
     assert before.rma.extra_candidates > 0
@@ -225,6 +226,17 @@ def test_a_slow_powerful_pool_caps_its_requests_extras_first_and_only_then_says_
     assert slow.v == 5 and decode(ControlTargets, encode(slow)) == slow
     _, recovered = run(c, t, 20)
     assert recovered.sbm.extra_candidates is None and recovered.v == 2
+
+
+def test_coverage_held_by_the_powerful_capacity_cuts_its_requests_extras_under_the_sla() -> None:
+    c = granted()
+    t, bound = run(c, 0, 10)
+    assert bound.sbm.limited_by == "capacity" and bound.sbm.coverage < CONFIG.sbm.max_coverage
+    assert bound.rma.extra_candidates > 0
+    assert bound.sbm.extra_candidates is not None
+    assert bound.sbm.extra_candidates < bound.rma.extra_candidates
+    _, cut = run(c, t, 20)
+    assert cut.sbm.extra_candidates == 0 and cut.rma.extra_candidates > 0
 
 
 def test_rma_stops_at_the_candidates_callers_offer_and_says_demand() -> None:

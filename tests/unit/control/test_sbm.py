@@ -225,14 +225,26 @@ def test_coverage_is_trimmed_once_powerful_requests_carry_no_extras() -> None:
 
 def test_under_the_sla_the_cap_on_extras_regrows_and_is_lifted_at_rmas_target() -> None:
     policy = SbmPolicy(CONFIG, SbmState(coverage=0.08, extra_cap=0))
-    fast = [powerful(100.0, p99_ms=150.0)]
+    fast = [powerful(10_000.0, p99_ms=150.0)]        # capacity to cover all it may
     caps = []
     for _ in range(12):
-        policy.step(fast, 4.0, 1000.0, 25.0, rma_extra=10)
+        policy.step(fast, 400.0, 1000.0, 25.0, rma_extra=10)
         caps.append(policy.extra_cap)
     assert caps[:6] == [1, 2, 3, 4, 5, 7]                          # +1, then x1.25
     assert caps[-1] is None
     assert SbmPolicy(CONFIG, policy.state).extra_cap is None
+
+
+def test_coverage_held_by_capacity_under_the_sla_cuts_the_extras_not_the_coverage() -> None:
+    policy = SbmPolicy(CONFIG, SbmState(coverage=0.08))
+    crowded = [powerful(100.0, p99_ms=150.0)]        # 100 rps serviceable of 1,000 rps
+    caps = []
+    for _ in range(4):
+        policy.step(crowded, 4.0, 1000.0, 25.0, rma_extra=10)
+        caps.append(policy.extra_cap)
+    assert caps == [5, 2, 1, 0]                             # x trim_factor a period
+    assert policy.limited_by == "capacity"
+    assert policy.coverage == pytest.approx(CONFIG.headroom * 100.0 / 1000.0)  # not trimmed
 
 
 def test_the_cap_on_extras_is_never_above_rmas_own_target() -> None:
