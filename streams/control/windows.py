@@ -67,8 +67,8 @@ class LatencyWindow:
 
     __slots__ = ("_capacity", "_first_start", "_last_end", "_merger", "_util", "accelerator",
                  "baseline", "busy", "done", "min_samples", "model", "opened_ms",
-                 "optional_requests", "overload", "pool_id", "region", "reports", "requests", "shed",
-                 "silent_periods", "tier", "units")
+                 "optional_requests", "overload", "pool_id", "region", "reports", "requests",
+                 "shed", "silent_periods", "tier", "units")
 
     def __init__(self, pool_id: str, region: str, model: str, tier: str, accelerator: str,
                  min_samples: int, relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY, *,
