@@ -1,0 +1,37 @@
+"""The capacity-tight scenarios (``*_tight``): optional demand at least ten times what is lent,
+so the lent capacity, not a configured maximum, binds.
+
+Each runs here with the four controllers for a stretch (``TIGHT``) and is compared with its
+golden table (``<name>_short.json``; rewrite with ``SURPLUS_UPDATE_GOLDENS=1``), which must show
+surplus safe where greedy, sending all it may, is not, and ahead of greedy in value. The
+comparison with best-static and the hindsight oracle (``surplus simulate NAME --compare
+surplus,greedy,best-static,oracle``) sweeps a grid of static runs and is left to the docs'
+figures: minutes per scenario on two cores.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sim.run import compare
+from tests.scenarios.test_goldens import CONTROLLERS, GOLDEN, _check, _table
+
+TIGHT = {"azure_steady_tight": 120.0, "burst_tight": 120.0, "demo_tight": 180.0,
+         "diurnal_day_tight": 3600.0, "preemption_storm_tight": 240.0}
+SLOW = {"burst_tight", "diurnal_day_tight"}
+
+
+@pytest.mark.parametrize("scenario", [
+    pytest.param(s, marks=pytest.mark.slow) if s in SLOW else s for s in sorted(TIGHT)])
+def test_tight_run_matches_its_golden_safe_and_ahead_of_greedy(scenario: str,
+                                                               tmp_path: Path) -> None:
+    summary = compare(scenario, CONTROLLERS, tmp_path, duration_s=TIGHT[scenario])
+    _check(GOLDEN / f"{scenario}_short.json", _table(summary))
+    table = summary["table"]
+    surplus, greedy = table["surplus"], table["greedy"]
+    assert surplus["baseline_sla_violation_windows"] == 0
+    assert surplus["baseline_requests_rejected"] == 0
+    assert surplus["incremental_value"] > greedy["incremental_value"] or (
+        greedy["baseline_sla_violation_windows"] > 0)
