@@ -83,8 +83,10 @@ class DemoOptions:
     """Niceness of the opportunistic replicas (0: as the provisioned ones). Harvested
     capacity is best-effort: on the demo's shared cores a burst of optional work on a lent
     replica must not take the CPU from the provisioned replica's baseline work. On a fleet the
-    lent replicas run on hardware of their own. In a CPU slice it is the slice's weight (a
-    process's niceness counts only against the others in its own cgroup)."""
+    lent replicas run on hardware of their own. In a CPU slice the quota is what bounds it
+    instead: the slice weighs as a nice-0 process, so on a busy host it still gets the quota
+    it was lent (a lent slice is its own, as on a fleet), and the niceness only orders the
+    replica's threads among themselves."""
     cores_per_unit: float = 0.5
     """CPU cores one lent unit of the demo's ``cpu`` accelerator is: each opportunistic
     replica runs in a CPU slice of its grant's units (one per replica) times this, so what is
@@ -290,7 +292,7 @@ class Demo:
         try:
             if self.cpu.version:
                 quota = slices.quota_for(self.opt.cores_per_unit, self.opt.slice_period_us)
-                weight = slices.nice_weight(self.opt.opportunistic_nice)
+                weight = slices.nice_weight(0)
                 made = {r.worker_id: self.cpu.make(r.worker_id, quota, weight) for r in lent}
         except slices.SliceError as exc:
             self.cpu.close()

@@ -146,6 +146,21 @@ def test_worker_pods_drain_within_their_grace(
         assert pod["terminationGracePeriodSeconds"] >= pause + config.shutdown_grace_s + 1
 
 
+def test_opportunistic_workers_run_in_a_cpu_slice(manifests: list[dict[str, Any]]) -> None:
+    """Lent capacity is a real bound: a worker of an opportunistic pool has a CPU limit (its
+    grant's slice), so it cannot take more than was lent whatever optional work it is asked."""
+    lent = 0
+    for deployment in _of(manifests, "Deployment"):
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        if not str(env.get("SURPLUS_WORKER_POOL", "")).endswith("/opportunistic"):
+            continue
+        lent += 1
+        limits = container["resources"].get("limits") or {}
+        assert "cpu" in limits, f"{deployment['metadata']['name']} has no CPU limit"
+    assert lent
+
+
 def test_the_control_laws_it_mounts_load(manifests: list[dict[str, Any]], tmp_path: Path) -> None:
     text = _config_files(manifests)["control.toml"]
     if text.strip():

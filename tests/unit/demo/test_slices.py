@@ -13,14 +13,15 @@ from surplus.demo.slices import CpuSlices, Quota, Sample, busy_share, quota_for
 
 
 def test_a_quota_is_the_grants_cores_of_every_period() -> None:
-    assert quota_for(0.5) == Quota(5_000, 10_000)
+    assert quota_for(0.5, 10_000) == Quota(5_000, 10_000)
+    assert quota_for(0.5) == Quota(round(0.5 * slices.DEFAULT_PERIOD_US), slices.DEFAULT_PERIOD_US)
     assert quota_for(0.25, 100_000) == Quota(25_000, 100_000)
     assert quota_for(2.0).cores == 2.0
     assert Quota(5_000, 10_000).cpu_max() == "5000 10000"
 
 
 def test_a_slice_under_the_kernels_1ms_minimum_gets_a_longer_period_not_more_cpu() -> None:
-    q = quota_for(0.05)  # 500 us in 10 ms is under the minimum
+    q = quota_for(0.05, 10_000)  # 500 us in 10 ms is under the minimum
     assert q.quota_us >= slices.MIN_QUOTA_US
     assert q.cores == pytest.approx(0.05)
 
@@ -78,7 +79,7 @@ def test_v1_slices_set_the_cfs_quota_and_read_cpuacct(tmp_path: Path) -> None:
     proc = _proc(tmp_path, MOUNTINFO_HYBRID.format(root=tmp_path), "3:cpu:/\n2:cpuacct:/\n0::/\n")
     cpu = CpuSlices.open("run", proc)
     assert cpu.mode == "cgroup-v1", cpu.reason
-    made = cpu.make("w0", quota_for(0.25), weight=335)
+    made = cpu.make("w0", quota_for(0.25, 10_000), weight=335)
     leaf = tmp_path / "cpu" / "run" / "w0"
     assert (leaf / "cpu.cfs_quota_us").read_text() == "2500"
     assert (leaf / "cpu.cfs_period_us").read_text() == "10000"
@@ -99,7 +100,7 @@ def test_v2_slices_enable_cpu_and_set_cpu_max(tmp_path: Path) -> None:
     cpu = CpuSlices.open("run", _proc(tmp_path, mountinfo, "0::/demo.scope\n"))
     assert cpu.mode == "cgroup-v2", cpu.reason
     assert (root / "demo.scope" / "cgroup.subtree_control").read_text() == "+cpu"
-    made = cpu.make("w0", quota_for(0.5), weight=1024)
+    made = cpu.make("w0", quota_for(0.5, 10_000), weight=1024)
     leaf = root / "demo.scope" / "run" / "w0"
     assert (leaf / "cpu.max").read_text() == "5000 10000"
     assert (leaf / "cpu.weight").read_text() == "100"
