@@ -160,3 +160,21 @@ def test_busy_share_never_spans_a_restart_or_an_unlent_stretch() -> None:
 def test_no_lent_samples_no_share() -> None:
     assert busy_share([]).share is None
     assert busy_share([_s("a", 0.0, 0.0, lent=False), _s("a", 1.0, 1.0, lent=False)]).share is None
+
+
+def test_the_summary_says_which_busy_share_it_gives_and_why() -> None:
+    """With slices: the kernel's CPU time over quota time. Without: the replicas' reported
+    busy time, and the summary says in words there were no slices and why."""
+    from surplus.demo import report
+    from tests.unit.demo.test_analysis import info
+
+    samples = [(1.0, _s("a", 0.0, 0.0)), (2.0, _s("a", 2.0, 0.6))]
+    run = info(slices={"mode": "cgroup-v1", "cores": {"a": 0.5}, "period_us": 5000})
+    out = report._busy_share(run, samples, reported=0.1)
+    assert out["opportunistic_busy_share_lent"] == 0.6
+    assert "cgroup-v1" in out["opportunistic_busy_share_method"]
+    run = info(slices={"mode": "none", "reason": "not root"})
+    out = report._busy_share(run, samples, reported=0.1)
+    assert out["opportunistic_busy_share_lent"] == 0.1
+    assert out["opportunistic_busy_share_method"].startswith("NO CPU SLICES (not root)")
+    assert out["cpu_slices"]["reason"] == "not root"
