@@ -55,7 +55,7 @@ HELM_KUBE_VERSIONS     := 1.29.0 1.37.0
 CHART                  := infra/helm/surplus
 
 .PHONY: test test-fast test-faults lint demo soak bench clean setup compose-check toxiproxy ec2-metadata-mock lock \
-        test-client-install promtool test-alerts helm-check docs prereqs
+        test-client-install promtool test-alerts helm-check docs prereqs test-wheel
 
 setup: $(STAMP) $(JARS)
 
@@ -95,6 +95,11 @@ $(UV):
 # A fresh venv with only surplus[client] imports and uses the client (~20 s).
 test-client-install: $(STAMP)
 	$(BIN)/pytest -q -s tests/packaging
+
+# The wheel of this checkout (its version from git) installs into a clean venv with each extra,
+# passes pip check and imports what the extra is for (EXTRAS="client control" to choose).
+test-wheel: $(STAMP)
+	infra/dev/check-wheel.sh $(BIN)/python $(EXTRAS)
 
 $(JARS): infra/kafka/pom.xml $(STAMP)
 	@$(PREREQS) java mvn
