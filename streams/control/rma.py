@@ -106,32 +106,6 @@ def provisioned_headroom(stats: list[WindowStats], target_utilisation: float) ->
     return room
 
 
-#: Share of the optional units sent to the ranking pools they may shed for want of room
-#: (``overload``) before the target is held to what they scored.
-OVERLOAD_TOLERANCE = 0.10
-
-
-def served_extra(stats: list[WindowStats], sent: float) -> float | None:
-    """The extra candidates per ranking request the pools can really score, when they shed
-    more than ``OVERLOAD_TOLERANCE`` of what they were sent for want of room; None otherwise.
-
-    Overload shedding is the fast layer's answer to a surprise. When it is the steady state,
-    the target outruns what the lent capacity serves: a request's extras must fit under the
-    replica's queue bound whatever the budget pays for over a second (bursty arrivals, a
-    replica that scores a request's extras at once). What they did score, per request, plus
-    the tolerance, is then the most worth asking for: the rest is shed work and noise in the
-    clients' shedding signals. ``sent``: the extra candidates the last target asked for.
-    """
-    ranking = [w for w in sorted(stats, key=lambda w: w.pool_id)
-               if w.model == "baseline" and w.enough_samples]
-    rate = sum(w.request_rate for w in ranking)
-    done = sum(w.optional_done_rate for w in ranking)
-    overload = sum(w.overload_rate for w in ranking)
-    if rate <= 0 or overload <= OVERLOAD_TOLERANCE * (done + overload):
-        return None
-    return sent * done / (done + overload) / (1.0 - OVERLOAD_TOLERANCE)
-
-
 def ranking_request_rate(stats: list[WindowStats]) -> float:
     """Requests per second over the ranking pools (model ``baseline``), in pool-id order."""
     return sum(w.request_rate for w in sorted(stats, key=lambda w: w.pool_id)
@@ -208,11 +182,6 @@ class RmaPolicy:
             self._rates = [*self._rates, rate][-RATE_PERIODS:]
         self.last_p99_ms = p99
         budget_high = high
-        served = served_extra(stats, math.floor(self.pid.output + 1e-9))
-        if served is not None and served < high:
-            high = served                # the pools shed what they were sent: no held point
-            self._held = 0.0
-            self.pid.limit(high)
         self._hold(high)
         if p99 is None:
             self.pid.limit(high)
@@ -229,9 +198,6 @@ class RmaPolicy:
         target = self._target(budget, high)
         self.limited_by = self._limit(target.extra_candidates, budget_high, p99, ceiling,
                                       supply)
-        if served is not None and target.extra_candidates >= math.floor(served + 1e-9) \
-                and served < budget_high:
-            self.limited_by = "capacity"
         return msgspec.structs.replace(target, limited_by=self.limited_by)
 
     def _hold(self, high: float) -> None:

@@ -58,8 +58,6 @@ class WindowStats(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     optional_requests_done: int = 0
     units_rate: float = 0.0
     """Units scored per second, baseline and optional (``units_done`` over the reports' span)."""
-    overload_rate: float = 0.0
-    """Optional units shed per second because they did not fit (reason ``overload``)."""
 
 
 class LatencyWindow:
@@ -67,8 +65,8 @@ class LatencyWindow:
 
     __slots__ = ("_capacity", "_first_start", "_last_end", "_merger", "_util", "accelerator",
                  "baseline", "busy", "done", "min_samples", "model", "opened_ms",
-                 "optional_requests", "overload", "pool_id", "region", "reports", "requests",
-                 "shed", "silent_periods", "tier", "units")
+                 "optional_requests", "pool_id", "region", "reports", "requests", "shed",
+                 "silent_periods", "tier", "units")
 
     def __init__(self, pool_id: str, region: str, model: str, tier: str, accelerator: str,
                  min_samples: int, relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY, *,
@@ -95,7 +93,6 @@ class LatencyWindow:
 
     def _clear(self) -> None:
         self.reports = self.requests = self.baseline = self.done = self.shed = 0
-        self.overload = 0
         self.units = self.optional_requests = 0
         self._util = self.busy = 0.0
         self._first_start = math.inf
@@ -113,7 +110,6 @@ class LatencyWindow:
         self.done += report.optional_units_done
         if report.optional_units_shed:
             self.shed += sum(report.optional_units_shed.values())
-            self.overload += report.optional_units_shed.get("overload", 0)
         self._util += report.utilisation
         self.busy += report.busy_s
         self.units += report.units_done
@@ -153,8 +149,7 @@ class LatencyWindow:
             utilisation=self._util / self.reports if self.reports else 0.0,
             capacity_rps=capacity, enough_samples=samples >= self.min_samples,
             busy_s=self.busy, units_done=self.units,
-            optional_requests_done=self.optional_requests, units_rate=self.units * per_s,
-            overload_rate=self.overload * per_s)
+            optional_requests_done=self.optional_requests, units_rate=self.units * per_s)
         self.silent_periods = 0 if self.reports else self.silent_periods + 1
         self.opened_ms = now_ms
         self._clear()
