@@ -40,6 +40,10 @@ MIN_UTILISATION = 0.02
 #: Under the SLA, the cap on the extras of powerful requests grows by this ratio a period
 #: (and by one candidate at least) until it reaches RMA's target and is lifted.
 EXTRA_REGROWTH = 1.25
+#: Share of the powerful replicas' measured room the extras take each period: the room is
+#: read from one period's busy share, and taking all of it at once overshoots into the
+#: capacity cap on coverage the next period.
+ROOM_SHARE = 0.5
 
 
 class SbmState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -67,6 +71,15 @@ def powerful_room(stats: list[WindowStats], headroom: float) -> tuple[float, flo
     if not live or rps <= 0:
         return None
     return sum(w.units_rate * (headroom / w.utilisation - 1.0) for w in live), rps
+
+
+def units_per_request(stats: list[WindowStats]) -> float | None:
+    """Candidates an average request the opportunistic powerful replicas served cost them
+    (base and extras), measured; None when they served none."""
+    live = [w for w in stats if w.model == "powerful" and w.tier == "opportunistic"]
+    rps = sum(w.request_rate for w in live)
+    units = sum(w.units_rate for w in live)
+    return units / rps if rps > 0 and units > 0 else None
 
 
 def planned_rps(measured_rps: float, sbm_accel_units: float,
@@ -109,6 +122,11 @@ class SbmPolicy:
         cfg = self.config
         measured = measured_rps(stats)
         serviceable = planned_rps(measured, sbm_accel_units, rps_per_accel_unit)
+        if allocation_limit == "capacity" and sbm_accel_units > 0 and measured > 0:
+            # SBM holds every unit it can run on: what the replicas measure they serve is the
+            # bound, read each report, not their cost averaged over minutes, which trails a
+            # change of request size (extras cut to cover more) by its half-life.
+            serviceable = measured
         bound = allocation_limit if serviceable < measured else "capacity"
         cap = self.cap(serviceable, request_rps)
         powerful = [w for w in stats if w.model == "powerful"]
@@ -131,7 +149,7 @@ class SbmPolicy:
         else:
             wanted, why = self.coverage + self._increase(max(judged)), "sla"
             if wanted > cap and cap < cfg.max_coverage:
-                self._crowded(rma_extra)
+                self._crowded(rma_extra, cap / wanted, units_per_request(stats))
             else:
                 self._regrow_extra(rma_extra, powerful_room(stats, cfg.headroom))
         if ceiling is not None:
@@ -168,35 +186,44 @@ class SbmPolicy:
             return self.coverage
         return self.coverage * trim
 
-    def _crowded(self, rma_extra: int) -> None:
-        """Under the SLA, but the powerful capacity holds coverage below what it would take:
-        the extras of covered requests are what crowd out the next covered request. Per unit
-        of the powerful replicas' time, covering a request (its segment's gain for its base
-        candidates) is worth far more than the last, flattest stretch of RMA's curve, so the
-        extras are cut first, as over the SLA; the measured cost of a powerful request falls
-        with them and the capacity cap on coverage rises. With coverage at its maximum the
-        cap regrows (``_regrow_extra``) and the extras take the capacity coverage leaves."""
-        cap = self.extra_cap
-        if rma_extra > 0 and (cap is None or cap > 0):
-            self.extra_cap = math.floor((rma_extra if cap is None else min(cap, rma_extra))
-                                        * self.config.trim_factor)
+    def _crowded(self, rma_extra: int, share: float, units: float | None) -> None:
+        """Under the SLA, but the powerful capacity holds coverage to ``share`` of what it
+        would take: the extras of covered requests are what crowd out the next covered
+        request. Per unit of the powerful replicas' time, covering a request (its segment's
+        gain for its base candidates) is worth far more than the last, flattest stretch of
+        RMA's curve, so the extras give way first (over the SLA they are trimmed instead, the
+        SLA, not the value, being what is short there). A request of ``units`` candidates
+        (measured) must shrink to ``share`` of its size for the wanted coverage to fit, and
+        the extras give up that many; without a measurement they go at once. The measured
+        capacity in requests rises with the smaller requests, the cap on coverage with it.
+        With coverage no longer held the cap regrows (``_regrow_extra``)."""
+        if rma_extra <= 0:
+            return
+        current = rma_extra if self.extra_cap is None else min(self.extra_cap, rma_extra)
+        if units is None:
+            self.extra_cap = 0
+            return
+        self.extra_cap = max(0, math.floor(current - units * (1.0 - share)))
 
     def _regrow_extra(self, rma_extra: int, room: tuple[float, float] | None = None) -> None:
         """Under the SLA, coverage not held by capacity: the powerful requests' extras take
         the room coverage leaves on the powerful replicas, and no more. With the replicas'
         measured room (``powerful_room``: spare units/s at the headroom, and requests/s) each
-        request may carry that room's share more (or less, past the headroom); growth is
-        at most ``EXTRA_REGROWTH`` a period. The cap is lifted at RMA's target. Sized by RMA's
+        request may carry that room's share more (or less, past the headroom), in one step:
+        the room is measured, not guessed. Without a measurement (replicas too idle to
+        extrapolate) it grows by ``EXTRA_REGROWTH`` a period. It is lifted at RMA's target.
+        Sized by RMA's
         target alone, a covered request would carry extras the replica then sheds as
         overload: in `demo_tight` six units shed for every one done."""
         cap = self.extra_cap
         current = rma_extra if cap is None else min(cap, rma_extra)
-        grown = max(current + 1, math.ceil(current * EXTRA_REGROWTH))
         if room is not None:
             spare, rps = room
-            grown = min(grown, max(0, math.floor(current + spare / rps)))
+            grown = max(0, math.floor(current + ROOM_SHARE * spare / rps))
         elif cap is None:
             return
+        else:
+            grown = max(current + 1, math.ceil(current * EXTRA_REGROWTH))
         self.extra_cap = None if grown >= rma_extra else grown
 
     def _increase(self, p99_ms: float) -> float:

@@ -10,7 +10,12 @@ plane learns the cost of one unit from them (``streams.control.cost``).
 
 `capacity_rps` is the worker's own estimate of how many requests per second it could serve if
 it were busy all the time: rows scored per busy second (measured, so it reflects the real
-model and batch sizes) divided by the rows an average request it served cost in the window. A
+model and batch sizes) divided by the rows an average request it served cost in the window.
+On a replica that serves whole requests (the powerful model) a request's cost is its base
+rows: its extras are fitted into what is idle and give way when it is busy (the admission
+bound), so counting them would shrink the capacity by work that never displaces a request,
+and SBM's coverage with it (`azure_steady_tight`: coverage held near 0.5 by extras the
+replica would have dropped for the next request's base). A
 request it refused (a powerful replica's 503) cost nothing and does not count: an overloaded
 replica that counted them would look smaller the more it refused, and SBM's coverage would
 fall by more than the work refused.
@@ -83,15 +88,17 @@ class ReportWindow:
         self._baseline_rejected = 0
 
     def record(self, latency_ms: float, baseline: bool, rows: int,
-               optional_units_done: int) -> None:
-        """One answered request: its latency, whether it had baseline work, the rows sent."""
+               optional_units_done: int, *, capacity_rows: int | None = None) -> None:
+        """One answered request: its latency, whether it had baseline work, the rows sent.
+        ``capacity_rows``: the rows that bound how many such requests fit (a whole request's
+        base rows, see the module docstring); ``rows`` when not given."""
         self._sketch.add(max(0.0, latency_ms))
         self._requests += 1
         self._baseline_requests += int(baseline)
         self._optional_done += optional_units_done
         self._optional_requests += optional_units_done > 0
         if baseline or optional_units_done > 0:  # work done: a refusal costs no rows
-            self._rows += rows
+            self._rows += rows if capacity_rows is None else capacity_rows
             self._served += 1
 
     def record_rejected(self, baseline: bool) -> None:

@@ -24,9 +24,10 @@ class TelemetryWindow:
         return self._window.identity
 
     def record(self, latency_ms: float, baseline: bool, rows: int,
-               optional_units_done: int) -> None:
+               optional_units_done: int, *, capacity_rows: int | None = None) -> None:
         with self._lock:
-            self._window.record(latency_ms, baseline, rows, optional_units_done)
+            self._window.record(latency_ms, baseline, rows, optional_units_done,
+                                capacity_rows=capacity_rows)
 
     def record_rejected(self, baseline: bool) -> None:
         with self._lock:

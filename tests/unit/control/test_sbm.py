@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import math
+
 import msgspec
 import pytest
 
@@ -31,7 +33,14 @@ def test_coverage_is_headroom_times_serviceable_share() -> None:
 
 def test_allocation_limits_measured_capacity() -> None:
     policy = SbmPolicy(CONFIG)
-    assert policy.step([powerful(400.0)], 2.0, 1000.0, 25.0) == pytest.approx(0.8 * 50 / 1000)
+    assert policy.step([powerful(400.0)], 2.0, 1000.0, 25.0,
+                       allocation_limit="budget") == pytest.approx(0.8 * 50 / 1000)
+
+
+def test_holding_every_unit_it_can_run_on_sbm_reads_the_replicas_measured_capacity() -> None:
+    policy = SbmPolicy(CONFIG)
+    assert policy.step([powerful(40.0)], 2.0, 1000.0, 25.0,
+                       allocation_limit="capacity") == pytest.approx(0.8 * 40 / 1000)
 
 
 def test_coverage_never_exceeds_max() -> None:
@@ -236,15 +245,30 @@ def test_under_the_sla_the_cap_on_extras_regrows_and_is_lifted_at_rmas_target() 
 
 
 def test_coverage_held_by_capacity_under_the_sla_cuts_the_extras_not_the_coverage() -> None:
-    policy = SbmPolicy(CONFIG, SbmState(coverage=0.08))
-    crowded = [powerful(100.0, p99_ms=150.0)]        # 100 rps serviceable of 1,000 rps
-    caps = []
-    for _ in range(4):
-        policy.step(crowded, 4.0, 1000.0, 25.0, rma_extra=10)
-        caps.append(policy.extra_cap)
-    assert caps == [5, 2, 1, 0]                             # x trim_factor a period
+    crowded = msgspec.structs.replace(powerful(100.0, p99_ms=150.0), units_rate=300.0)
+    policy = SbmPolicy(CONFIG, SbmState(coverage=0.08))     # 100 rps of 1,000 rps: held
+    policy.step([crowded], 4.0, 1000.0, 25.0, rma_extra=40)
+    wanted = 0.08 + CONFIG.max_increase_per_period
+    share = CONFIG.headroom * 100.0 / 1000.0 / wanted
+    # a 30-row request must shrink to `share` of its size: its extras give that up
+    assert policy.extra_cap == math.floor(40 - 30.0 * (1.0 - share))
     assert policy.limited_by == "capacity"
     assert policy.coverage == pytest.approx(CONFIG.headroom * 100.0 / 1000.0)  # not trimmed
+    unmeasured = SbmPolicy(CONFIG, SbmState(coverage=0.08))
+    unmeasured.step([powerful(100.0, p99_ms=150.0)], 4.0, 1000.0, 25.0, rma_extra=40)
+    assert unmeasured.extra_cap == 0
+
+
+def test_with_room_on_the_powerful_replicas_their_requests_extras_take_half_of_it() -> None:
+    roomy = msgspec.structs.replace(powerful(10_000.0, p99_ms=150.0), units_rate=300.0,
+                                    utilisation=0.4)
+    policy = SbmPolicy(CONFIG, SbmState(coverage=0.5, extra_cap=2))
+    policy.step([roomy], 1000.0, 100.0, 25.0, rma_extra=40)
+    spare = 300.0 * (CONFIG.headroom / 0.4 - 1.0)                # units/s up to the headroom
+    assert policy.extra_cap == math.floor(2 + 0.5 * spare / 10.0)
+    busy = msgspec.structs.replace(roomy, utilisation=0.95)
+    policy.step([busy], 1000.0, 100.0, 25.0, rma_extra=40)
+    assert policy.extra_cap is not None and policy.extra_cap < math.floor(2 + 0.5 * spare / 10)
 
 
 def test_the_cap_on_extras_is_never_above_rmas_own_target() -> None:

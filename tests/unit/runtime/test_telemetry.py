@@ -71,3 +71,18 @@ def test_refused_requests_do_not_shrink_the_capacity_estimate() -> None:
     assert report.requests == 8
     # 200 rows in 0.1 busy seconds = 2000 rows/s; the served requests cost 50 rows each.
     assert report.capacity_rps == pytest.approx(40.0)
+
+
+def test_a_whole_requests_capacity_counts_its_base_rows_not_the_extras_fitted_into_idle_time(
+) -> None:
+    """A powerful replica drops a request's extras for the next request's base: a replica
+    that counted them would report fewer requests than it can serve, and hold SBM's coverage
+    down by work that never displaces a request."""
+    window = TelemetryWindow(IDENT, start_ms=0)
+    window.close(0, totals())
+    for _ in range(4):
+        window.record(20.0, baseline=False, rows=50, optional_units_done=50, capacity_rows=16)
+    report = window.close(1_000, totals(rows=200, busy_s=0.1))
+    # 200 rows in 0.1 busy seconds = 2000 rows/s; a request's base is 16 rows.
+    assert report.capacity_rps == pytest.approx(2000.0 / 16)
+    assert report.optional_units_done == 200
