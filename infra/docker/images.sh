@@ -52,14 +52,26 @@ ctx=.docker/context/prometheus
 rm -rf "$ctx" && mkdir -p "$ctx"
 build surplus-prometheus:local --build-arg "BASE=$base" -f infra/docker/prometheus/Dockerfile "$ctx"
 
-# The wheelhouse: every package the images install, as wheels, at the locked versions.
+# The wheelhouse: every package the images install, as wheels, at the locked versions. The images
+# run Debian bookworm's Python 3.11, so its compiled wheels must be cp311: made by the venv's pip
+# where the venv is 3.11, else by a venv of python3.11 (PY311) in .docker/ made for it.
+wheel_pip=$pip
+if [ "$("$(dirname "$pip")/python" -c 'import sys; print(sys.version_info[:2] == (3, 11))')" != True ]; then
+  py311=${PY311:-python3.11}
+  "$py311" -c 'import sys; assert sys.version_info[:2] == (3, 11)' 2>/dev/null || {
+    echo "missing prerequisite: the images' wheels are built for Debian bookworm's Python 3.11," \
+         "and $pip is not 3.11's: put python3.11 on the PATH or name it with PY311=" >&2; exit 1; }
+  [ -x .docker/wheel-venv-3.11/bin/pip ] || "$py311" -m venv .docker/wheel-venv-3.11
+  wheel_pip=.docker/wheel-venv-3.11/bin/pip
+  "$wheel_pip" install -q --upgrade pip
+fi
 wheels=$cache/wheels
 wheels_key=$(cat requirements.lock pyproject.toml infra/docker/requirements.py | sha256sum | cut -c1-12)
 if [ ! -f "$wheels/.lock-$wheels_key" ]; then
   echo "wheelhouse: $wheels"
   mkdir -p "$wheels"
   # shellcheck disable=SC2046
-  "$pip" wheel -q -w "$wheels" -c requirements.lock setuptools setuptools-scm wheel \
+  "$wheel_pip" wheel -q -w "$wheels" -c requirements.lock setuptools setuptools-scm wheel \
     $(python3 infra/docker/requirements.py pyproject.toml client control report worker)
   rm -f "$wheels"/.lock-*; touch "$wheels/.lock-$wheels_key"
 fi
