@@ -48,16 +48,16 @@ def poll(what: str, deadline_s: float, check: Callable[[], str | None]) -> bool:
 
 
 def targets_on_topic(bootstrap: str, topic: str) -> str | None:
-    from confluent_kafka import Consumer, TopicPartition
-
+    from schemas import kafka_clients
     from schemas.codec import decode
     from schemas.contract import ControlTargets
+    from schemas.kafka_config import KafkaSettings
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "compose-up-test",
-                         "enable.auto.commit": False})
+    consumer = kafka_clients.consumer(KafkaSettings(bootstrap=bootstrap), "compose-up-test",
+                                      **{"enable.auto.commit": False})
     try:
-        parts = consumer.list_topics(topic, timeout=5).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+        parts = kafka_clients.partitions(consumer, topic, timeout_s=5)
+        consumer.assign(kafka_clients.starting_at(topic, parts, 0))
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             msg = consumer.poll(0.5)
