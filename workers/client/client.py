@@ -97,12 +97,31 @@ class _CallFailed(Exception):
 
 
 class RankingClient:
-    """Decides, calls the worker pools, falls back, sheds, learns and reports, per request."""
+    """Decides, calls the worker pools, falls back, sheds, learns and reports, per request.
+
+    Use it from one event loop: `rank`, `label` and the ``apply_*`` methods touch policy state
+    that is not locked (the Kafka feeds' threads hand their messages to that loop). Open it with
+    ``async with`` (or `start` and `close`).
+    """
 
     def __init__(self, config: ClientConfig, kafka: KafkaSettings | None = None, *,
                  signing_key: bytes | str | None = None,
                  outcome_value: OutcomeValue | None = None,
                  clock: Callable[[], int] = wall_ms) -> None:
+        """
+        :param config: where the pools are, deadlines, the budget share, the holdout and the
+            local limits and policies (`ClientConfig`, strict).
+        :param kafka: the cluster to follow targets (and, with ``config.membership``, the
+            replicas) from and to publish decision records and labels to. None: no Kafka; the
+            client serves baseline only unless targets are given with `apply_targets`.
+        :param signing_key: the HMAC key the control plane signs targets with; given, unsigned
+            or forged targets are dropped and counted. None accepts unsigned targets.
+        :param outcome_value: for a service that knows a request's value when it is served:
+            called with the request and the response, its value goes into the decision record
+            and the router learns from it at once (no `label` needed).
+        :param clock: wall-clock milliseconds (targets' ages, decision times); a simulation
+            passes its own.
+        """
         self.config = config
         self.kafka = kafka
         self.decider = Decider(config, signing_key)
@@ -138,8 +157,9 @@ class RankingClient:
     # ---- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the HTTP pool, the outcome producer and the targets feed; wait (bounded) until
-        the feed has read the targets topic to its end, so the first requests use targets."""
+        """Open the HTTP pool, the outcome producer and the targets feed; wait (bounded by
+        ``config.catch_up_timeout_s``) until the feed has read the targets topic to its end, so
+        the first requests use targets. Without Kafka only the HTTP pool opens."""
         self._loop = asyncio.get_running_loop()
         connector = aiohttp.TCPConnector(limit_per_host=self.config.max_connections)
         self._session = aiohttp.ClientSession(connector=connector)
@@ -176,6 +196,8 @@ class RankingClient:
                 self.flush_decisions()
 
     async def close(self) -> None:
+        """Stop the feeds, close the HTTP pool, and send the decision records and labels still
+        queued (waiting up to 5 s for the broker; what it did not take is counted)."""
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -207,7 +229,11 @@ class RankingClient:
                 loop.call_soon_threadsafe(self.apply_targets, targets)
 
     def apply_targets(self, targets: ControlTargets) -> None:
-        """Offer a targets message to the target state (also usable without Kafka)."""
+        """Offer a targets message to the target state (also usable without Kafka).
+
+        :param targets: applied if it is for this scope, newer, fresh, in the contract and
+            (with a signing key) signed; clamped to ``config.limits``; else dropped and counted.
+        """
         self.decider.offer(targets, self._clock())
 
     def _from_membership_feed(self, replica_id: str,
@@ -220,7 +246,11 @@ class RankingClient:
 
     def apply_membership(self, replica_id: str,
                          announcement: ReplicaAnnouncement | None) -> None:
-        """Offer an announcement (None: a tombstone) to the live set."""
+        """Offer an announcement to the live set (with ``config.membership``; else ignored).
+
+        :param replica_id: the replica the announcement is keyed by.
+        :param announcement: its latest state and lease; None is a tombstone (a clean stop).
+        """
         membership = self.membership
         if membership is None:
             return
@@ -237,7 +267,26 @@ class RankingClient:
                    base_count: int, dense: Sequence[float] = (),
                    deadline_ms: float | None = None, request_id: str | None = None) -> RankResult:
         """Rank one request: the first `base_count` candidates are baseline work, the rest are
-        offered as optional extra candidates (RMA) within the targets, allowance and budget."""
+        offered as optional extra candidates (RMA) within the targets, allowance and budget.
+
+        :param segment: the request's segment (cohort, surface): SBM coverage and the learned
+            gain are per segment.
+        :param value: what the request is worth to the service (>= 0), sent with it: a
+            worker orders optional work by it when a request carries no expected gain.
+        :param candidates: the items to score, baseline ones first.
+        :param base_count: how many of `candidates` are baseline work, always scored.
+        :param dense: the request's dense features, passed to the model.
+        :param deadline_ms: the time the request may take, in ms (default
+            ``config.default_deadline_ms``); a powerful call may use
+            ``config.powerful_deadline_share`` of it, the rest is kept for the fallback.
+        :param request_id: the id its decision record and label are keyed by (default: a
+            random one); pass yours to `label` it later.
+        :return: the worker's response (its scores, in the order of the candidates sent), what
+            the client decided, why it fell back if it did, the value if `outcome_value` gave
+            one, and the latency.
+        :raise RankingError: when the baseline call failed on every replica it could be
+            retried on (the reason: the last failure's).
+        """
         started = time.perf_counter()
         base_count = min(base_count, len(candidates))
         request_id = request_id or uuid.uuid4().hex
@@ -444,7 +493,11 @@ class RankingClient:
         """The outcome of a request served earlier (a click, a conversion, watch time): sent
         to the labels topic on the partition of this client's scope, batched as decisions are
         (a batch keyed by the scope, a lone label by its request id); the router learns from
-        it while it still remembers the request."""
+        it while it still remembers the request.
+
+        :param request_id: the served request's id (``result.response.request_id``).
+        :param value: its outcome, clamped to +-1e6.
+        """
         value = min(max(float(value), -VALUE_BOUND), VALUE_BOUND)
         served = self._served.pop(request_id, None)
         if served is not None:
