@@ -33,3 +33,9 @@ _OFFSET_MS = _offset_from_env()
 def wall_ms() -> int:
     """Wall-clock milliseconds since the epoch: the time base of targets, notices and reports."""
     return time.time_ns() // 1_000_000 + _OFFSET_MS
+
+
+def wall_ms_fine() -> float:
+    """`wall_ms` to the microsecond: when a notice arrived and was acted on, measured against
+    its stamp in a millisecond or two."""
+    return time.time_ns() / 1e6 + _OFFSET_MS

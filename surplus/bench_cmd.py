@@ -24,6 +24,7 @@ from typing import Annotated, Any
 
 import typer
 
+from schemas.clock import wall_ms
 from surplus.cli_common import fail
 from surplus.localkafka import REPO_ROOT
 
@@ -134,7 +135,7 @@ def bench(
                        f"{row['target']})" if row["ok"] else f"FAILED: {row['error']}")
             typer.echo(f"bench {b.name}: {b.metric} = {verdict} in {row['seconds']}s", err=True)
     table = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
-             "created_unix_s": int(time.time()), "benchmarks": rows}
+             "created_unix_s": wall_ms() // 1000, "benchmarks": rows}
     (out / "bench.json").write_text(json.dumps(table, indent=2) + "\n")
     if len(rows) == 1 and rows[0]["ok"]:
         typer.echo(json.dumps(rows[0]["result"]))

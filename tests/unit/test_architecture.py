@@ -92,6 +92,30 @@ def test_pure_client_core_does_not_reach_into_the_edge() -> None:
         assert not edge, (path, edge)
 
 
+#: Calls that read the wall clock; only `schemas/clock.py` may make them (its offset hook and
+#: one time base: a process run as if its host's clock were off is off everywhere).
+WALL_CLOCK_READS = {("time", "time"), ("time", "time_ns"), ("datetime", "now"),
+                    ("datetime", "utcnow"), ("datetime", "today")}
+
+
+def _wall_clock_reads(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name | ast.Attribute)):
+            owner = node.func.value
+            name = owner.id if isinstance(owner, ast.Name) else owner.attr
+            if (name, node.func.attr) in WALL_CLOCK_READS:
+                found.append(f"line {node.lineno}: {name}.{node.func.attr}()")
+    return found
+
+
+def test_only_the_clock_module_reads_the_wall_clock() -> None:
+    offenders = {str(p.relative_to(ROOT)): _wall_clock_reads(p) for p in files(*PACKAGES)
+                 if str(p.relative_to(ROOT)) != "schemas/clock.py"}
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
 def test_only_the_kafka_clients_module_imports_confluent_kafka() -> None:
     users = {str(p.relative_to(ROOT)) for p in files(*ALL_CODE) if "confluent_kafka" in roots(p)}
     assert users == {KAFKA_CLIENTS}

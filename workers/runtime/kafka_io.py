@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from schemas import kafka_clients
-from schemas.clock import wall_ms
+from schemas.clock import wall_ms, wall_ms_fine
 from schemas.codec import ContractError, codec_for, encode
 from schemas.contract import ControlTargets, DeadLetter, PreemptionNotice, ReplicaAnnouncement
 from schemas.kafka_clients import (
@@ -265,7 +265,7 @@ class PreemptionSubscriber(_Subscriber):
         return kafka_clients.starting_at(self.topic, partitions, OFFSET_END)
 
     def handle(self, msg: Message) -> str:
-        read_ms = time.time_ns() / 1e6
+        read_ms = wall_ms_fine()
         value = msg.value()
         if value is None:
             return "tombstone"

@@ -30,6 +30,7 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from schemas.clock import wall_ms_fine
 from schemas.codec import ContractError, codec_for
 from schemas.contract import PreemptionNotice
 from schemas.heap import freeze_startup_heap
@@ -136,7 +137,7 @@ async def _preempt(request: web.Request) -> web.Response:
     (`Worker.on_preemption`), without the broker's delivery in between. 200 with the
     outcome (``applied``, or ``duplicate`` when the Kafka copy was first, ``not_mine``,
     ``stale``); 403 from outside ``notice_from``; 400 naming what is wrong with the body."""
-    read_ms = time.time_ns() / 1e6
+    read_ms = wall_ms_fine()
     worker = request.app[WORKER_KEY]
     remote = request.remote or ""
     if not _notice_allowed(remote, request.app[NOTICE_NETS_KEY]):

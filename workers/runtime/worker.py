@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from schemas.clock import wall_ms
+from schemas.clock import wall_ms, wall_ms_fine
 from schemas.contract import ControlTargets, PreemptionNotice, WindowReport
 from workers.api import RankRequest, RankResponse, ServerState
 from workers.policy import signing
@@ -332,7 +332,7 @@ class Worker:
         if outcome != "applied":
             return outcome
         stopped_ns = time.perf_counter_ns()
-        reaction_ms = time.time_ns() / 1e6 - notice.ts_ms
+        reaction_ms = wall_ms_fine() - notice.ts_ms
         self.metrics.preemption_reaction.observe(max(0.0, reaction_ms) / 1000.0)
         if read_ms is not None:
             self.metrics.preemption_delivery.observe(max(0.0, read_ms - notice.ts_ms) / 1000.0)

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-CODE = ("import time; from schemas.clock import wall_ms; "
-        "print(wall_ms() - time.time_ns() // 10**6)")
+CODE = ("import time; from schemas.clock import wall_ms, wall_ms_fine; "
+        "print(wall_ms() - time.time_ns() // 10**6, round(wall_ms_fine() - time.time_ns() / 1e6))")
 
 
 def _run(value: str) -> subprocess.CompletedProcess[str]:
@@ -17,10 +17,12 @@ def _run(value: str) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
-def test_the_offset_moves_the_processs_wall_clock() -> None:
+def test_the_offset_moves_the_processs_wall_clock_both_readings() -> None:
     out = _run("-2000")
     assert out.returncode == 0, out.stderr
-    assert -2001 <= int(out.stdout) <= -1999
+    coarse, fine = (int(v) for v in out.stdout.split())
+    assert -2001 <= coarse <= -1999
+    assert -2001 <= fine <= -1999
 
 
 def test_a_bad_offset_stops_the_process_naming_the_variable() -> None:
