@@ -2,7 +2,7 @@
 its receivers, so a receiver can refuse targets that nobody with the key issued.
 
 It sits in `schemas` (the layer both sides import): the control plane signs with `sign`, workers
-and clients check with `verifier` (re-exported by `workers.policy.signing`).
+and clients check with `verifier`. It is the one import path for signing.
 
 The signature covers the canonical bytes of the targets with `signature=None`: JSON with every
 object's keys sorted, so a target that crossed Kafka (and was decoded and re-encoded, possibly

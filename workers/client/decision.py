@@ -10,12 +10,12 @@ from __future__ import annotations
 import msgspec
 
 from schemas.contract import ControlTargets
+from schemas.signing import verifier
 from workers.client.config import ClientConfig
 from workers.policy.admission import marginal_extra_value
 from workers.policy.client_shed import BudgetBucket, ClientShedder, ServerSignals, extra_candidates
 from workers.policy.holdout import in_holdout
 from workers.policy.routing import Model, SbmRouter
-from workers.policy.signing import verifier
 from workers.policy.targets import EffectiveTargets, TargetState, TargetVerdict
 
 

@@ -21,10 +21,10 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from schemas import signing
 from schemas.clock import wall_ms, wall_ms_fine
 from schemas.contract import ControlTargets, PreemptionNotice, WindowReport
 from workers.api import RankRequest, RankResponse, ServerState
-from workers.policy import signing
 from workers.policy.admission import Admission, shed_priority
 from workers.policy.replica import NoticeOutcome, ReplicaPolicy
 from workers.policy.targets import EffectiveTargets, TargetState, TargetVerdict

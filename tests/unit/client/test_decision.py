@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from schemas.signing import sign
 from tests.unit.policy.helpers import T0, targets
 from workers.api import ServerState
 from workers.client.config import ClientConfig
 from workers.client.decision import Decider, Decision
 from workers.policy.client_shed import ShedConfig
 from workers.policy.routing import RouterConfig
-from workers.policy.signing import sign
 
 BASE = "http://127.0.0.1:1"
 POWER = "http://127.0.0.1:2"

@@ -7,8 +7,8 @@ import pytest
 
 from schemas.codec import decode, encode
 from schemas.contract import ControlTargets
+from schemas.signing import canonical_bytes, sign, signature_of, verifier
 from tests.unit.policy.helpers import targets
-from workers.policy.signing import canonical_bytes, sign, signature_of, verifier
 
 
 def test_signature_ignores_segment_order_and_the_signature_field() -> None:

@@ -7,8 +7,8 @@ import pytest
 
 from schemas.codec import decode, encode
 from schemas.contract import ControlTargets
+from schemas.signing import sign, verifier
 from tests.unit.policy.helpers import T0, targets
-from workers.policy.signing import sign, verifier
 from workers.policy.targets import LocalLimits, TargetState
 
 KEY = b"shared-secret"
