@@ -45,6 +45,9 @@ import msgspec
 from msgspec import Meta
 
 from schemas.contract import ShedReason
+from workers.policy.load_meter import LoadMeter
+from workers.policy.service_model import ServiceModel
+from workers.policy.token_bucket import TokenBucket
 
 T = TypeVar("T")
 
@@ -152,136 +155,6 @@ class _Entry(Generic[T]):
     live: bool = True
 
 
-class ServiceModel:
-    """Forward-pass time as ``overhead + units * per_unit``, fitted by exponentially weighted
-    least squares over recent batches.
-
-    Batching amortises the per-pass overhead, so an average cost per row measured on small
-    batches would overstate how long a long queue takes to drain (and shed optional work under
-    no real overload). While batch sizes barely vary the fit falls back to the weighted ratio
-    of time to rows, which one slow small batch cannot swing far.
-    """
-
-    def __init__(self, initial_ms_per_unit: float, alpha: float) -> None:
-        self.per_unit_ms = initial_ms_per_unit
-        self.overhead_ms = 0.0
-        self._decay = 1.0 - alpha
-        self._w = self._sx = self._sy = self._sxx = self._sxy = 0.0
-
-    def add(self, units: int, elapsed_ms: float) -> None:
-        d = self._decay
-        self._w = d * self._w + 1.0
-        self._sx = d * self._sx + units
-        self._sy = d * self._sy + elapsed_ms
-        self._sxx = d * self._sxx + units * units
-        self._sxy = d * self._sxy + units * elapsed_ms
-        mean_x, mean_y = self._sx / self._w, self._sy / self._w
-        var = self._sxx / self._w - mean_x * mean_x
-        slope = (self._sxy / self._w - mean_x * mean_y) / var if var > 0.01 * mean_x ** 2 else -1
-        intercept = mean_y - slope * mean_x
-        if slope > 0 and intercept >= 0:
-            self.per_unit_ms, self.overhead_ms = slope, intercept
-        else:
-            self.per_unit_ms, self.overhead_ms = mean_y / mean_x, 0.0
-
-    def drain_ms(self, units: int, batch_units: int | None) -> float:
-        """How long ``units`` take through passes of at most ``batch_units`` each."""
-        if units <= 0:
-            return 0.0
-        passes = -(-units // batch_units) if batch_units else 1
-        return passes * self.overhead_ms + units * self.per_unit_ms
-
-
-class _TokenBucket:
-    """Budget of optional units per second; ``None`` rate means no budget limit."""
-
-    def __init__(self, burst_s: float) -> None:
-        self.burst_s = burst_s
-        self.rate_per_s: float | None = None
-        self.tokens = 0.0
-        self.last_ms = 0
-
-    def set_rate(self, rate_per_s: float | None, now_ms: int) -> None:
-        self._refill(now_ms)
-        if rate_per_s is None:
-            self.rate_per_s = None
-            return
-        if self.rate_per_s is None:
-            self.tokens = rate_per_s * self.burst_s  # a fresh budget starts full
-        self.rate_per_s = max(0.0, rate_per_s)
-        self.tokens = min(self.tokens, self.rate_per_s * self.burst_s)
-
-    def take(self, units: int, now_ms: int) -> bool:
-        if self.rate_per_s is None:
-            return True
-        self._refill(now_ms)
-        if self.tokens + 1e-9 < units:
-            return False
-        self.tokens -= units
-        return True
-
-    def _refill(self, now_ms: int) -> None:
-        elapsed = max(0, now_ms - self.last_ms)
-        self.last_ms = max(self.last_ms, now_ms)
-        if self.rate_per_s is not None:
-            cap = self.rate_per_s * self.burst_s
-            self.tokens = min(cap, self.tokens + self.rate_per_s * elapsed / 1000.0)
-
-
-class _LoadMeter:
-    """Offered load (units per ms) of baseline and of optional work over a recent and a
-    settled exponential window.
-
-    Each sum is divided by the weight of the time observed so far rather than by the window's
-    full weight, so a fresh meter reads the mean rate since it started instead of ramping up
-    from zero (a new worker is not mistaken for a surge).
-    """
-
-    __slots__ = ("base", "last_ms", "norm", "opt", "recent_items", "taus")
-
-    def __init__(self, recent_ms: float, settled_ms: float) -> None:
-        self.taus = (recent_ms, settled_ms)
-        self.base = [0.0, 0.0]
-        self.opt = [0.0, 0.0]
-        self.norm = [0.0, 0.0]
-        self.last_ms: int | None = None
-        #: Baseline items arrived in the recent window (exponentially weighted count).
-        self.recent_items = 0.0
-
-    def advance(self, now_ms: int) -> None:
-        last = self.last_ms
-        if last is None or now_ms < last:
-            self.last_ms = now_ms if last is None else last
-            return
-        dt = now_ms - last
-        if dt == 0:
-            return
-        for i, tau in enumerate(self.taus):
-            decay = math.exp(-dt / tau)
-            self.base[i] *= decay
-            self.opt[i] *= decay
-            self.norm[i] = self.norm[i] * decay + tau * (1.0 - decay)
-            if i == 0:
-                self.recent_items *= decay
-        self.last_ms = now_ms
-
-    def add(self, units: float, optional: bool) -> None:
-        """Units offered now (negative: optional work withdrawn before it was served)."""
-        sums = self.opt if optional else self.base
-        sums[0] = max(0.0, sums[0] + units)
-        sums[1] = max(0.0, sums[1] + units)
-        if not optional:
-            self.recent_items += 1.0
-
-    def rate(self, window: int, optional: bool | None = None) -> float:
-        """Units per ms over window 0 (recent) or 1 (settled): baseline, optional or (None)
-        both."""
-        norm = max(self.norm[window], 1.0)
-        if optional is None:
-            return (self.base[window] + self.opt[window]) / norm
-        return (self.opt if optional else self.base)[window] / norm
-
-
 class Admission(Generic[T]):
     """Two queues and the rules that shed optional work; see the module docstring.
 
@@ -315,11 +188,11 @@ class Admission(Generic[T]):
         self._optional_items = 0
         self._optional_units = 0
         self._seq = itertools.count()
-        self._budget = _TokenBucket(self.config.budget_burst_s)
+        self._budget = TokenBucket(self.config.budget_burst_s)
         self.service = ServiceModel(self.config.initial_ms_per_unit,
                                     self.config.service_ewma_alpha)
         self.in_flight_units = 0
-        self.load = _LoadMeter(self.config.surge_window_ms, self.config.settled_window_ms)
+        self.load = LoadMeter(self.config.surge_window_ms, self.config.settled_window_ms)
         self.preempted = False
         #: Why the last refused :meth:`admit_optional` call was refused (None after a success).
         self.last_refusal: ShedReason | None = None
