@@ -73,15 +73,6 @@ def powerful_room(stats: list[WindowStats], headroom: float) -> tuple[float, flo
     return sum(w.units_rate * (headroom / w.utilisation - 1.0) for w in live), rps
 
 
-def units_per_request(stats: list[WindowStats]) -> float | None:
-    """Candidates an average request the opportunistic powerful replicas served cost them
-    (base and extras), measured; None when they served none."""
-    live = [w for w in stats if w.model == "powerful" and w.tier == "opportunistic"]
-    rps = sum(w.request_rate for w in live)
-    units = sum(w.units_rate for w in live)
-    return units / rps if rps > 0 and units > 0 else None
-
-
 def planned_rps(measured_rps: float, sbm_accel_units: float,
                 rps_per_accel_unit: float) -> float:
     """Measured powerful-model capacity, limited by what SBM's allocation pays for at the
@@ -148,10 +139,7 @@ class SbmPolicy:
             self._held = 0.0
         else:
             wanted, why = self.coverage + self._increase(max(judged)), "sla"
-            if wanted > cap and cap < cfg.max_coverage:
-                self._crowded(rma_extra, cap / wanted, units_per_request(stats))
-            else:
-                self._regrow_extra(rma_extra, powerful_room(stats, cfg.headroom))
+            self._regrow_extra(rma_extra, powerful_room(stats, cfg.headroom))
         if ceiling is not None:
             cap, why = min(cap, ceiling), "hold"
         if self._held > wanted and why == "sla":
@@ -186,28 +174,9 @@ class SbmPolicy:
             return self.coverage
         return self.coverage * trim
 
-    def _crowded(self, rma_extra: int, share: float, units: float | None) -> None:
-        """Under the SLA, but the powerful capacity holds coverage to ``share`` of what it
-        would take: the extras of covered requests are what crowd out the next covered
-        request. Per unit of the powerful replicas' time, covering a request (its segment's
-        gain for its base candidates) is worth far more than the last, flattest stretch of
-        RMA's curve, so the extras give way first (over the SLA they are trimmed instead, the
-        SLA, not the value, being what is short there). A request of ``units`` candidates
-        (measured) must shrink to ``share`` of its size for the wanted coverage to fit, and
-        the extras give up that many; without a measurement they go at once. The measured
-        capacity in requests rises with the smaller requests, the cap on coverage with it.
-        With coverage no longer held the cap regrows (``_regrow_extra``)."""
-        if rma_extra <= 0:
-            return
-        current = rma_extra if self.extra_cap is None else min(self.extra_cap, rma_extra)
-        if units is None:
-            self.extra_cap = 0
-            return
-        self.extra_cap = max(0, math.floor(current - units * (1.0 - share)))
-
     def _regrow_extra(self, rma_extra: int, room: tuple[float, float] | None = None) -> None:
-        """Under the SLA, coverage not held by capacity: the powerful requests' extras take
-        the room coverage leaves on the powerful replicas, and no more. With the replicas'
+        """Under the SLA: the powerful requests' extras take the room coverage leaves on the
+        powerful replicas, and no more. With the replicas'
         measured room (``powerful_room``: spare units/s at the headroom, and requests/s) each
         request may carry that room's share more (or less, past the headroom), in one step:
         the room is measured, not guessed. Without a measurement (replicas too idle to

@@ -244,21 +244,6 @@ def test_under_the_sla_the_cap_on_extras_regrows_and_is_lifted_at_rmas_target() 
     assert SbmPolicy(CONFIG, policy.state).extra_cap is None
 
 
-def test_coverage_held_by_capacity_under_the_sla_cuts_the_extras_not_the_coverage() -> None:
-    crowded = msgspec.structs.replace(powerful(100.0, p99_ms=150.0), units_rate=300.0)
-    policy = SbmPolicy(CONFIG, SbmState(coverage=0.08))     # 100 rps of 1,000 rps: held
-    policy.step([crowded], 4.0, 1000.0, 25.0, rma_extra=40)
-    wanted = 0.08 + CONFIG.max_increase_per_period
-    share = CONFIG.headroom * 100.0 / 1000.0 / wanted
-    # a 30-row request must shrink to `share` of its size: its extras give that up
-    assert policy.extra_cap == math.floor(40 - 30.0 * (1.0 - share))
-    assert policy.limited_by == "capacity"
-    assert policy.coverage == pytest.approx(CONFIG.headroom * 100.0 / 1000.0)  # not trimmed
-    unmeasured = SbmPolicy(CONFIG, SbmState(coverage=0.08))
-    unmeasured.step([powerful(100.0, p99_ms=150.0)], 4.0, 1000.0, 25.0, rma_extra=40)
-    assert unmeasured.extra_cap == 0
-
-
 def test_with_room_on_the_powerful_replicas_their_requests_extras_take_half_of_it() -> None:
     roomy = msgspec.structs.replace(powerful(10_000.0, p99_ms=150.0), units_rate=300.0,
                                     utilisation=0.4)
