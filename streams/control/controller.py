@@ -319,8 +319,11 @@ class ScopeController:
                   + self._observed.provisioned_units_per_s)
         if ceiling is not None:
             budget = min(budget, ceiling[2])
+        # the ranking pools too thin to judge while the powerful pool's traffic is judged
+        rma_starved = (any(w.enough_samples for w in stats if w.model == "powerful")
+                       and not any(w.enough_samples for w in stats if w.model == "baseline"))
         rma = self._rma.step(stats, budget, dt_s, ceiling=None if ceiling is None else ceiling[0],
-                             supply=self._supply.most)
+                             supply=self._supply.most, starved=rma_starved)
         self._supply.close_period()
         if allocation.rma_accel_units <= 0 and rma.extra_candidates == 0:
             rma = msgspec.structs.replace(rma, limited_by="capacity")

@@ -164,13 +164,19 @@ class RmaPolicy:
         return rates[(len(rates) - 1) // 2]
 
     def step(self, stats: list[WindowStats], budget_units_per_s: float, dt_s: float, *,
-             ceiling: float | None = None, supply: int | None = None) -> RmaTarget:
+             ceiling: float | None = None, supply: int | None = None,
+             starved: bool = False) -> RmaTarget:
         """Advance the PID on this period's ranking windows.
 
         ``ceiling`` is an extra upper bound from the caller (the first period after a restart
         is held to what was issued before it). ``supply``: the most extra candidates callers
         offer a request (``CandidateSupply``), past which a target buys nothing. With no
-        window of enough samples the output is held, still under the budget cap.
+        window of enough samples the output is held, still under the budget cap, unless
+        ``starved``: the scope's traffic is judged elsewhere (SBM covers nearly every request)
+        and the ranking pools get too few to judge. Holding would then hold for ever, at zero
+        after a reclaim, and the powerful requests, whose extras RMA's target bounds too,
+        would carry none: the output steps up by ``max_step`` while none of the few ranking
+        samples was over the SLA.
         """
         budget = max(0.0, budget_units_per_s)
         rate = ranking_request_rate(stats)
@@ -183,8 +189,14 @@ class RmaPolicy:
         self.last_p99_ms = p99
         budget_high = high
         self._hold(high)
+        stepped = False
         if p99 is None:
-            self.pid.limit(high)
+            few = [w.p99_ms for w in stats if w.model == "baseline" and w.samples > 0]
+            if starved and not (few and max(few) > self.config.sla_p99_ms):
+                self.pid.move_to(min(self.pid.output + self.config.max_step, high))
+                stepped = True
+            else:
+                self.pid.limit(high)
         else:
             if p99 >= self.config.setpoint_ms:
                 self._held = 0.0                     # the latency loop says less, not the budget
@@ -196,7 +208,8 @@ class RmaPolicy:
             self._slow_start(p99, before, high)
             self._restore(high)
         target = self._target(budget, high)
-        self.limited_by = self._limit(target.extra_candidates, budget_high, p99, ceiling,
+        self.limited_by = self._limit(target.extra_candidates, budget_high,
+                                      self.config.setpoint_ms if stepped else p99, ceiling,
                                       supply)
         return msgspec.structs.replace(target, limited_by=self.limited_by)
 
