@@ -93,6 +93,25 @@ def test_window_without_enough_samples_holds_output_and_state() -> None:
     assert target.extra_candidates == int(before[1])
 
 
+def test_starved_of_ranking_samples_the_output_steps_up_from_zero() -> None:
+    """SBM covers nearly every request: the ranking pools see too few to judge, and holding
+    at zero would hold the powerful requests' extras at zero for ever."""
+    policy = RmaPolicy(CONFIG)
+    thin = [stats(40.0, enough=False, rate=0.5)]
+    outputs = [policy.step(thin, BIG_BUDGET, 10.0, starved=True).extra_candidates
+               for _ in range(3)]
+    assert outputs == [10, 20, 30]                                    # max_step a period
+    assert policy.limited_by == "sla"
+    assert policy.step(thin, BIG_BUDGET, 10.0).extra_candidates == 30      # not starved: held
+
+
+def test_starved_but_a_few_samples_over_the_sla_hold_the_output() -> None:
+    policy = RmaPolicy(CONFIG)
+    policy.step([stats(40.0, enough=False, rate=0.5)], BIG_BUDGET, 10.0, starved=True)
+    slow = policy.step([stats(150.0, enough=False, rate=0.5)], BIG_BUDGET, 10.0, starved=True)
+    assert slow.extra_candidates == 10 and policy.limited_by == "hold"
+
+
 def test_budget_caps_extra_work_per_request() -> None:
     policy = RmaPolicy(CONFIG)
     for _ in range(30):
