@@ -65,3 +65,20 @@ def test_sweeps_of_different_lengths_are_refused(tmp_path: Path) -> None:
 def test_value_vs_oracle_is_undefined_when_the_oracle_earned_nothing() -> None:
     assert ratio(5.0, 0.0) is None
     assert ratio(9.0, 10.0) == 0.9
+
+
+def test_compare_with_the_oracle_runs_the_sweep_and_bounds_best_static_per_window(
+        tmp_path: Path) -> None:
+    from sim.run import compare
+
+    summary = compare("preemption_storm_tight", ["surplus", "best-static", "oracle"],
+                      tmp_path, duration_s=20.0,
+                      static_grid={"extra_candidates": [0, 50], "coverage": [0.0, 1.0]})
+    table = summary["table"]
+    assert table["oracle"]["incremental_value"] >= table["best-static"]["incremental_value"]
+    assert table["oracle"]["baseline_sla_violation_windows"] == 0
+    assert summary["value_vs_oracle"]["surplus"] == ratio(
+        table["surplus"]["incremental_value"], table["oracle"]["incremental_value"])
+    assert "value_vs_oracle" in table["best-static"]
+    assert sum(summary["oracle"]["picks"].values()) == table["oracle"]["windows"]
+    assert "oracle" in (tmp_path / "report.html").read_text()
