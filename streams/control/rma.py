@@ -175,8 +175,8 @@ class RmaPolicy:
         ``starved``: the scope's traffic is judged elsewhere (SBM covers nearly every request)
         and the ranking pools get too few to judge. Holding would then hold for ever, at zero
         after a reclaim, and the powerful requests, whose extras RMA's target bounds too,
-        would carry none: the output steps up by ``max_step`` while none of the few ranking
-        samples was over the SLA.
+        would carry none: the output steps up by ``max_step`` (to the cap, where no step is
+        set) while none of the few ranking samples was over the SLA.
         """
         budget = max(0.0, budget_units_per_s)
         rate = ranking_request_rate(stats)
@@ -193,7 +193,8 @@ class RmaPolicy:
         if p99 is None:
             few = [w.p99_ms for w in stats if w.model == "baseline" and w.samples > 0]
             if starved and not (few and max(few) > self.config.sla_p99_ms):
-                self.pid.move_to(min(self.pid.output + self.config.max_step, high))
+                step = self.config.max_step
+                self.pid.move_to(high if step is None else min(self.pid.output + step, high))
                 stepped = True
             else:
                 self.pid.limit(high)
