@@ -41,8 +41,8 @@ MIN_UTILISATION = 0.02
 #: (and by one candidate at least) until it reaches RMA's target and is lifted.
 EXTRA_REGROWTH = 1.25
 #: Share of the powerful replicas' measured room the extras take each period: the room is
-#: read from one period's busy share, and taking all of it at once overshoots into the
-#: capacity cap on coverage the next period.
+#: read from one period's busy share, which is noisy, and taking all of it at once
+#: overshoots.
 ROOM_SHARE = 0.5
 
 
@@ -176,14 +176,13 @@ class SbmPolicy:
 
     def _regrow_extra(self, rma_extra: int, room: tuple[float, float] | None = None) -> None:
         """Under the SLA: the powerful requests' extras take the room coverage leaves on the
-        powerful replicas, and no more. With the replicas'
-        measured room (``powerful_room``: spare units/s at the headroom, and requests/s) each
-        request may carry that room's share more (or less, past the headroom), in one step:
-        the room is measured, not guessed. Without a measurement (replicas too idle to
-        extrapolate) it grows by ``EXTRA_REGROWTH`` a period. It is lifted at RMA's target.
-        Sized by RMA's
-        target alone, a covered request would carry extras the replica then sheds as
-        overload: in `demo_tight` six units shed for every one done."""
+        powerful replicas, and no more. With the replicas' measured room (``powerful_room``:
+        spare units/s up to the headroom, negative past it, and their requests/s) each request
+        may carry ``ROOM_SHARE`` of its share of the room more (or less); where the replicas
+        are too idle to measure, the cap grows by ``EXTRA_REGROWTH`` a period. It is lifted at
+        RMA's target. Sized by RMA's target alone, as before, a covered request carried extras
+        the replica could not fit: the end-to-end p99 on `preemption_storm_tight` was 263-273
+        ms, 257 ms with the room (the powerful SLA is 250 ms)."""
         cap = self.extra_cap
         current = rma_extra if cap is None else min(cap, rma_extra)
         if room is not None:
