@@ -66,6 +66,7 @@ from streams.control.rma import (
     RmaState,
     provisioned_headroom,
     ranking_request_rate,
+    ranking_starved,
     rma_budget,
 )
 from streams.control.sbm import (
@@ -319,11 +320,8 @@ class ScopeController:
                   + self._observed.provisioned_units_per_s)
         if ceiling is not None:
             budget = min(budget, ceiling[2])
-        # the ranking pools too thin to judge while the powerful pool's traffic is judged
-        rma_starved = (any(w.enough_samples for w in stats if w.model == "powerful")
-                       and not any(w.enough_samples for w in stats if w.model == "baseline"))
         rma = self._rma.step(stats, budget, dt_s, ceiling=None if ceiling is None else ceiling[0],
-                             supply=self._supply.most, starved=rma_starved)
+                             supply=self._supply.most, starved=ranking_starved(stats))
         self._supply.close_period()
         if allocation.rma_accel_units <= 0 and rma.extra_candidates == 0:
             rma = msgspec.structs.replace(rma, limited_by="capacity")
@@ -360,27 +358,7 @@ class ScopeController:
         return Observed(ranking_rps=ranking, total_rps=total, powerful_capacity=capacity,
                         provisioned_units_per_s=provisioned_headroom(
                             stats, self.config.cost.provisioned_utilisation),
-                        serving=self._serving(stats))
-
-    def _serving(self, stats: list[WindowStats]) -> dict[str, str]:
-        """Which model each lent pool's replicas serve, when the grants say so: while every
-        opportunistic replica reports from a pool the inventory knows. One reporting from a
-        pool without a grant runs on units granted under another pool id, so the grants are
-            not split by model and every unit stays fungible; so do those of a pool whose
-        replicas serve both models."""
-        lent = [w for w in stats if w.tier == "opportunistic"]
-        if any(not self._inventory.knows(w.pool_id) for w in lent):
-            return {}
-        models: dict[str, set[str]] = {}
-        for w in lent:
-            models.setdefault(w.pool_id, set()).add(w.model)
-        serving = dict(self._observed.serving)
-        for pool, seen in models.items():
-            if len(seen) == 1:
-                serving[pool] = next(iter(seen))
-            else:
-                serving.pop(pool, None)
-        return {p: serving[p] for p in sorted(serving) if self._inventory.knows(p)}
+                        serving=self._inventory.serving(stats, self._observed.serving))
 
     def _rates(self) -> tuple[float, float]:
         """What one accelerator unit may plan to do, at the measured cost: extra candidates/s

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 import msgspec
 
 from schemas.contract import CapacityEvent, PreemptionNotice
+from streams.control.windows import WindowStats
 
 
 class Grant(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -146,6 +147,26 @@ class PoolInventory:
     def knows(self, pool_id: str) -> bool:
         """Holds a grant, or was reclaimed within the tombstone's time (it may come back)."""
         return pool_id in self._grants or pool_id in self._preempted
+
+    def serving(self, stats: list[WindowStats], last: Mapping[str, str]) -> dict[str, str]:
+        """Which model each lent pool's replicas serve (``last``: the previous answer), when
+        the grants say so: while every opportunistic replica reports from a pool this
+        inventory knows. One reporting from a pool without a grant runs on units granted under
+        another pool id, so the grants are not split by model and every unit stays fungible;
+        so do those of a pool whose replicas serve both models."""
+        lent = [w for w in stats if w.tier == "opportunistic"]
+        if any(not self.knows(w.pool_id) for w in lent):
+            return {}
+        models: dict[str, set[str]] = {}
+        for w in lent:
+            models.setdefault(w.pool_id, set()).add(w.model)
+        serving = dict(last)
+        for pool, seen in models.items():
+            if len(seen) == 1:
+                serving[pool] = next(iter(seen))
+            else:
+                serving.pop(pool, None)
+        return {p: serving[p] for p in sorted(serving) if self.knows(p)}
 
     @property
     def state(self) -> InventoryState:

@@ -112,6 +112,13 @@ def ranking_request_rate(stats: list[WindowStats]) -> float:
                if w.model == "baseline")
 
 
+def ranking_starved(stats: list[WindowStats]) -> bool:
+    """The ranking pools see too few requests to judge while the powerful pool's traffic is
+    judged: SBM covers nearly every request (see ``RmaPolicy.step``'s ``starved``)."""
+    return (any(w.enough_samples for w in stats if w.model == "powerful")
+            and not any(w.enough_samples for w in stats if w.model == "baseline"))
+
+
 def worst_p99(stats: list[WindowStats], model: str) -> float | None:
     """Worst p99 among windows of ``model`` with enough samples; None when none qualifies."""
     judged = [w.p99_ms for w in stats if w.model == model and w.enough_samples]
