@@ -332,17 +332,14 @@ class SimWorker:
 
     # -- telemetry ---------------------------------------------------------------------------
 
-    def record(self, latency_ms: float, baseline: bool, rows: int, optional_done: int, *,
-               capacity_rows: int | None = None) -> None:
-        self._window.record(latency_ms, baseline, rows, optional_done,
-                            capacity_rows=capacity_rows)
+    def record(self, latency_ms: float, baseline: bool, rows: int, optional_done: int) -> None:
+        self._window.record(latency_ms, baseline, rows, optional_done)
 
     def answered(self, req: Request) -> None:
         """A request this replica answered, recorded as the live worker records its response:
         the rows the client sent, and the optional units done."""
         if req.powerful_done:
-            kept = req.base + req.opt_units  # the rows it cost, as the live worker records
-            self.record(req.opt_latency, False, kept, kept, capacity_rows=req.base)
+            self._window.record_whole(req.opt_latency, req.base, req.base + req.opt_units)
         else:
             done = req.opt_units if req.opt_done else 0
             sent = req.base + (0 if req.fell_back else req.extra)

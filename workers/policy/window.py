@@ -90,8 +90,8 @@ class ReportWindow:
     def record(self, latency_ms: float, baseline: bool, rows: int,
                optional_units_done: int, *, capacity_rows: int | None = None) -> None:
         """One answered request: its latency, whether it had baseline work, the rows sent.
-        ``capacity_rows``: the rows that bound how many such requests fit (a whole request's
-        base rows, see the module docstring); ``rows`` when not given."""
+        ``capacity_rows``: the rows that bound how many such requests fit (``rows`` when not
+        given; see ``record_whole``)."""
         self._sketch.add(max(0.0, latency_ms))
         self._requests += 1
         self._baseline_requests += int(baseline)
@@ -100,6 +100,12 @@ class ReportWindow:
         if baseline or optional_units_done > 0:  # work done: a refusal costs no rows
             self._rows += rows if capacity_rows is None else capacity_rows
             self._served += 1
+
+    def record_whole(self, latency_ms: float, base_rows: int, kept_rows: int) -> None:
+        """A whole request a powerful replica served: all ``kept_rows`` it scored are optional
+        work, and only its ``base_rows`` bound how many such requests fit (the module
+        docstring says why). The live worker and the simulated one both record it here."""
+        self.record(latency_ms, False, kept_rows, kept_rows, capacity_rows=base_rows)
 
     def record_rejected(self, baseline: bool) -> None:
         """A request the worker could not serve (model failure, shutting down): never for

@@ -24,10 +24,13 @@ class TelemetryWindow:
         return self._window.identity
 
     def record(self, latency_ms: float, baseline: bool, rows: int,
-               optional_units_done: int, *, capacity_rows: int | None = None) -> None:
+               optional_units_done: int) -> None:
         with self._lock:
-            self._window.record(latency_ms, baseline, rows, optional_units_done,
-                                capacity_rows=capacity_rows)
+            self._window.record(latency_ms, baseline, rows, optional_units_done)
+
+    def record_whole(self, latency_ms: float, base_rows: int, kept_rows: int) -> None:
+        with self._lock:
+            self._window.record_whole(latency_ms, base_rows, kept_rows)
 
     def record_rejected(self, baseline: bool) -> None:
         with self._lock:

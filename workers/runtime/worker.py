@@ -211,8 +211,7 @@ class Worker:
             raise ModelFailure(str(exc)) from None
         elapsed = time.perf_counter() - started
         self.metrics.latency.labels("optional").observe(elapsed)
-        self.window.record(elapsed * 1000.0, False, kept, kept,  # the rows it cost
-                           capacity_rows=base_n)
+        self.window.record_whole(elapsed * 1000.0, base_n, kept)
         self.metrics.requests.labels("ok").inc()
         return RankResponse(
             request_id=req.request_id, model=self.config.model.name, scores=scores.tolist(),

@@ -81,7 +81,7 @@ def test_a_whole_requests_capacity_counts_its_base_rows_not_the_extras_fitted_in
     window = TelemetryWindow(IDENT, start_ms=0)
     window.close(0, totals())
     for _ in range(4):
-        window.record(20.0, baseline=False, rows=50, optional_units_done=50, capacity_rows=16)
+        window.record_whole(20.0, base_rows=16, kept_rows=50)
     report = window.close(1_000, totals(rows=200, busy_s=0.1))
     # 200 rows in 0.1 busy seconds = 2000 rows/s; a request's base is 16 rows.
     assert report.capacity_rps == pytest.approx(2000.0 / 16)
