@@ -20,8 +20,10 @@ workers act on delivery, as they must.
 
 from __future__ import annotations
 
+import csv
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
@@ -34,6 +36,13 @@ TIMELINE_COLUMNS = (
     "extra_candidates_target", "coverage_target", "powerful_share", "opportunistic_replicas",
     "optional_units_done", "optional_units_shed", "incremental_value", "rejected",
     "rma_limited_by", "sbm_limited_by")
+
+
+def read_timeline(path: Path) -> list[dict[str, str]]:
+    """A run's ``timeline.csv``, a dict of strings per row (the report's plots and the oracle
+    read it back)."""
+    with path.open(encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh))
 
 
 class LimitTally:

@@ -33,20 +33,14 @@ proof of optimality.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sim.metrics import TIMELINE_COLUMNS
+from sim.metrics import TIMELINE_COLUMNS, read_timeline
 from streams.replay_output import csv_line, dump_json
 
 NAME = "oracle"
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open(encoding="utf-8", newline="") as fh:
-        return list(csv.DictReader(fh))
 
 
 def safe(row: Mapping[str, str]) -> bool:
@@ -73,7 +67,7 @@ def stitch(sweep: Mapping[tuple[int, float], Path], out: Path) -> dict[str, Any]
     ``out/timeline.csv`` (the chosen setting's row per window) and ``out/summary.json``."""
     if (0, 0.0) not in sweep:
         raise ValueError("the oracle needs the sweep's (0, 0) run")
-    timelines = {p: _rows(d / "timeline.csv") for p, d in sweep.items()}
+    timelines = {p: read_timeline(d / "timeline.csv") for p, d in sweep.items()}
     lengths = {len(rows) for rows in timelines.values()}
     if len(lengths) != 1:
         raise ValueError(f"sweep runs have different timelines ({sorted(lengths)} windows)")

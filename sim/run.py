@@ -13,7 +13,6 @@ never hold wall-clock times: the same scenario, seed and controller give byte-id
 
 from __future__ import annotations
 
-import csv
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 from sim import best_static, oracle, pool
 from sim.controllers import ALIASES, CONTROLLERS
 from sim.engine import Simulation
+from sim.metrics import read_timeline
 from sim.scenario import Scenario, find_scenario, load_scenario
 from streams.replay_output import dump_json
 
@@ -122,18 +122,13 @@ def compare(scenario: str | Path, controllers: Sequence[str], out_dir: str | Pat
     return summary
 
 
-def _timeline(path: Path) -> list[dict[str, str]]:
-    with path.open(encoding="utf-8", newline="") as fh:
-        return list(csv.DictReader(fh))
-
-
 def write_report(out: Path, sc: Scenario, names: Sequence[str],
                  table: dict[str, dict[str, Any]], *,
                  grid: best_static.Grid | None = None) -> Path:
     """Plots per region (p99 vs SLA, targets, coverage, capacity, value) and report.html."""
     from streams.replay_report import bar_plot, html_page, line_plot
 
-    rows = {name: _timeline(out / name / "timeline.csv") for name in names}
+    rows = {name: read_timeline(out / name / "timeline.csv") for name in names}
     images: list[str] = []
     for region in sc.regions:
         sla = region.sla_p99_ms or sc.control.rma.sla_p99_ms
