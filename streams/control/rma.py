@@ -31,7 +31,7 @@ from schemas.contract import LimitReason, RmaTarget
 from streams.control.allocator import Allocation
 from streams.control.config import RmaConfig
 from streams.control.pid import Pid, PidState
-from streams.control.windows import WindowStats
+from streams.control.windows import MIN_UTILISATION, WindowStats
 
 #: Periods of ranking request rate the budget is divided by (their median).
 RATE_PERIODS = 5
@@ -83,8 +83,6 @@ def rma_budget(allocation: Allocation, config: RmaConfig, units_per_accel_s: flo
                allocation.rma_accel_units * units_per_accel_s)
 
 
-#: Utilisation under which a pool's throughput is not extrapolated from it (too noisy).
-MIN_UTILISATION = 0.02
 
 
 def provisioned_headroom(stats: list[WindowStats], target_utilisation: float) -> float:

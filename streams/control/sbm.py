@@ -32,11 +32,9 @@ import msgspec
 
 from schemas.contract import LimitReason, RoutingOutcome, SbmTarget, SegmentPriority
 from streams.control.config import SbmConfig
-from streams.control.windows import WindowStats
+from streams.control.windows import MIN_UTILISATION, WindowStats
 
 _GAIN_BOUND = 1e6
-#: Utilisation under which a powerful pool's throughput is not extrapolated (too noisy).
-MIN_UTILISATION = 0.02
 #: Under the SLA, the cap on the extras of powerful requests grows by this ratio a period
 #: (and by one candidate at least) until it reaches RMA's target and is lifted.
 EXTRA_REGROWTH = 1.25

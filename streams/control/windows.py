@@ -20,6 +20,10 @@ import msgspec
 from schemas.contract import WindowReport
 from schemas.sketch import DEFAULT_RELATIVE_ACCURACY, SketchMerger
 
+#: Utilisation under which a pool's throughput (units over busy share) is not extrapolated
+#: from its window: too noisy. RMA's provisioned headroom and SBM's room both read it.
+MIN_UTILISATION = 0.02
+
 
 class WindowStats(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """One pool over one control period.
