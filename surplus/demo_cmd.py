@@ -33,6 +33,10 @@ def demo(
         min=0, max=19, help="Niceness added to the control plane, the recorder and "
                             "Prometheus, which share the cores with the serving path "
                             "(0: none).")] = 10,
+    provisioned_nice: Annotated[int, typer.Option(
+        min=-20, max=0, help="Niceness of the provisioned replicas, which stand for the "
+                             "fleet's own hardware on shared cores (negative needs root; "
+                             "elsewhere they run at 0).")] = -5,
     opportunistic_nice: Annotated[int, typer.Option(
         min=0, max=19, help="Niceness added to the opportunistic replicas, so that on "
                             "shared cores their optional work yields the CPU to the "
@@ -70,6 +74,7 @@ def demo(
     options = DemoOptions(out=out, duration_s=duration, scenario=scenario, bootstrap=bootstrap,
                           prefix=prefix, prometheus=prometheus, rate=rate,
                           background_nice=background_nice,
+                          provisioned_nice=provisioned_nice,
                           opportunistic_nice=opportunistic_nice,
                           cores_per_unit=cores_per_unit, slices=slices)
     code = Demo(options, say=lambda line: typer.echo(line)).run()
