@@ -13,8 +13,9 @@ opportunistic replica) waits in a value-ordered queue and is the only thing ever
   deadline its requests carry (a recent average of how far ahead their deadlines lie) less the
   batcher's own wait, never less than ``max_queue_delay_ms``;
 - ``deadline``: its deadline passed while it waited (work done after that is wasted);
-- ``preemption``: the replica is being reclaimed; every queued optional unit goes at once and
-  nothing optional is admitted until :meth:`Admission.resume`;
+- ``preemption``: the replica is being reclaimed; every queued optional unit goes at once,
+  nothing optional is admitted until :meth:`Admission.resume`, and the answers of optional
+  work that was in service when the notice came are not used (:meth:`Admission.usable`);
 - ``budget``: the optional-work rate would exceed the budget the control plane gave us.
 
 Bursts shorter than a control period are caught here, within milliseconds: admission meters
@@ -194,6 +195,9 @@ class Admission(Generic[T]):
         self.in_flight_units = 0
         self.load = LoadMeter(self.config.surge_window_ms, self.config.settled_window_ms)
         self.preempted = False
+        #: Notices applied since start: a batch that saw this change while in service ran
+        #: across a notice (:meth:`usable`).
+        self.preemptions = 0
         #: Why the last refused :meth:`admit_optional` call was refused (None after a success).
         self.last_refusal: ShedReason | None = None
         self.shed_units: dict[str, int] = {}
@@ -302,6 +306,7 @@ class Admission(Generic[T]):
     def preempt(self, now_ms: int) -> int:
         """Drop every queued optional item at once and refuse more; returns the items dropped."""
         self.preempted = True
+        self.preemptions += 1
         dropped = 0
         while self._optional_items:
             self._shed(self._peek(self._by_value), REASON_PREEMPTION)
@@ -311,6 +316,24 @@ class Admission(Generic[T]):
     def resume(self) -> None:
         """Admit optional work again (the control plane has re-issued targets)."""
         self.preempted = False
+
+    def usable(self, batch: list[Admitted[T]], preemptions_at_start: int) -> list[bool]:
+        """Which answers of a batch that finished may be used, given :attr:`preemptions` when
+        it went into service: every one, unless a notice came while it was in service; then
+        its baseline answers only, and each optional item's units are counted as shed for
+        ``preemption``.
+
+        A notice means the capacity is going: optional work in service when it came is as
+        stopped as the queued work :meth:`preempt` dropped, whether its answer comes back
+        a microsecond or a remote model server's round trip later, so what the clients see
+        does not depend on how long the backend took. Baseline answers are always used.
+        """
+        if self.preemptions == preemptions_at_start:
+            return [True] * len(batch)
+        for work in batch:
+            if work.optional:
+                self.count_shed(REASON_PREEMPTION, work.units)
+        return [not work.optional for work in batch]
 
     # -- bursts ----------------------------------------------------------------------------------
 

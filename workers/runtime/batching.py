@@ -7,7 +7,10 @@ queued row has waited ``max_wait_ms``, runs one forward pass in a dedicated infe
 
 What goes into a batch is decided by :class:`workers.policy.admission.Admission`: baseline rows
 first, optional rows only behind all queued baseline rows, and optional rows shed by value under
-overload, deadline, preemption or budget. The admission object is guarded by one lock that is
+overload, deadline, preemption or budget. Optional answers of a batch that was in service
+when a preemption notice came are discarded and counted (``Admission.usable``), whichever
+backend scored it: the rule sits here once, so a remote model server's round trip cannot let
+optional work outlive a notice. The admission object is guarded by one lock that is
 held only for queue operations, never during a forward pass, so the event loop and the Kafka
 preemption thread are never blocked behind the model.
 """
@@ -38,7 +41,9 @@ class BatchingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
 
 
 class Scorer(Protocol):
-    """Anything that scores rows: ``LoadedModel`` in production, a fake in pure tests."""
+    """Anything that scores rows: ``LoadedModel`` (in-process torch) or ``OipModel`` (a model
+    server over the Open Inference Protocol) in production, a fake in pure tests. Called from
+    the inference thread only, one batch at a time."""
 
     def score(self, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray: ...
 
@@ -75,6 +80,8 @@ class BatchReport:
     forward_s: float
     queue_wait_ms: list[tuple[bool, float]] = field(default_factory=list)  # (optional, ms)
     error: str | None = None
+    #: Optional rows scored but not used: a preemption notice came while they were in service.
+    discarded_optional_rows: int = 0
 
 
 def monotonic_ms() -> float:
@@ -200,9 +207,10 @@ class Batcher:
         while True:
             with self._cond:
                 batch = self._collect()
+                preemptions = self.admission.preemptions
             if batch is None:
                 return
-            self._forward(batch)
+            self._forward(batch, preemptions)
 
     def _collect(self) -> list[Admitted[Job]] | None:
         """Wait for work, then for company up to ``max_wait_ms`` after the oldest row queued."""
@@ -221,7 +229,9 @@ class Batcher:
             self._cond.wait(remaining_ms / 1000.0)
         return adm.next_batch(cfg.max_batch_rows, self._now())
 
-    def _forward(self, batch: list[Admitted[Job]]) -> None:
+    def _forward(self, batch: list[Admitted[Job]], preemptions: int) -> None:
+        """One forward pass; ``preemptions`` is admission's count of notices when the batch
+        was taken, so the optional answers of a pass that ran across a notice are dropped."""
         if not batch:  # everything queued expired or was shed while we waited
             return
         started_ms = self._clock_ms()
@@ -240,21 +250,29 @@ class Batcher:
         optional_rows = sum(w.units for w in batch if w.optional)
         with self._cond:
             self.admission.record_service(rows, elapsed * 1000.0)
+            # Discarded rows stay in the totals: the backend did them, and the measured cost
+            # per unit is what a unit of work takes, used or not.
             self.rows_done += rows
             self.optional_rows_done += optional_rows
             self.busy_s += elapsed
             self.batches += 1
-        self._scatter(jobs, None if error else scores, error)
+            usable = self.admission.usable(batch, preemptions)
+        discarded = sum(w.units for w, use in zip(batch, usable, strict=True) if not use)
+        self._scatter(jobs, usable, None if error else scores, error)
         if self._on_batch is not None:
-            self._on_batch(BatchReport(rows, optional_rows, len(jobs), elapsed, waits, error))
+            self._on_batch(BatchReport(rows, optional_rows, len(jobs), elapsed, waits, error,
+                                       discarded))
 
-    def _scatter(self, jobs: list[Job], scores: np.ndarray | None, error: str | None) -> None:
-        """Hand each job its slice of the scores, one loop callback per loop per batch."""
+    def _scatter(self, jobs: list[Job], usable: list[bool], scores: np.ndarray | None,
+                 error: str | None) -> None:
+        """Hand each job its slice of the scores (or :class:`Shed` where its answer may not
+        be used), one loop callback per loop per batch."""
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, Any]]] = {}
         start = 0
-        for job in jobs:
+        for job, use in zip(jobs, usable, strict=True):
             n = len(job.sparse)
-            result: Any = RuntimeError(error) if scores is None else scores[start:start + n]
+            result: Any = (Shed("preemption") if not use
+                           else RuntimeError(error) if scores is None else scores[start:start + n])
             by_loop.setdefault(job.loop, []).append((job, result))
             start += n
         for loop, results in by_loop.items():

@@ -280,6 +280,21 @@ def test_preemption_drops_all_queued_optional_work_at_once_and_counts_it() -> No
     assert items(adm.next_batch(max_units=100, now_ms=2)) == ["b"]
 
 
+def test_a_batch_in_service_across_a_notice_keeps_only_its_baseline_answers() -> None:
+    adm, _ = make()
+    adm.admit_baseline("b", now_ms=0, units=2)
+    adm.admit_optional("o", value=1.0, deadline_ms=FAR, now_ms=0, units=3)
+    before = adm.preemptions
+    batch = adm.next_batch(max_units=100, now_ms=1)
+    assert adm.usable(batch, before) == [True, True]  # no notice while it ran: all used
+    assert adm.shed_units == {}
+    adm.preempt(now_ms=2)
+    adm.resume()  # resumed before the pass ended: it still ran across the notice
+    assert adm.usable(batch, before) == [True, False]
+    assert adm.shed_units == {"preemption": 3}
+    assert adm.usable(batch, adm.preemptions) == [True, True]  # a pass taken after it
+
+
 def test_preempted_admission_refuses_optional_work_until_resumed() -> None:
     adm, _ = make()
     adm.preempt(now_ms=0)

@@ -147,6 +147,61 @@ async def test_preemption_sheds_queued_optional_work_and_still_serves_baseline(
     assert batcher.state().shed_units == {"preemption": 8}
 
 
+async def in_service(base_tag: float, opt_tag: float
+                     ) -> tuple[Batcher, RecordingScorer, threading.Event, list[BatchReport],
+                                asyncio.Future[np.ndarray], asyncio.Future[np.ndarray]]:
+    """A batcher whose first pass, 2 baseline and 3 optional rows, is held inside the model
+    (both queued before the inference thread starts, so they share that pass)."""
+    gate = threading.Event()
+    scorer = RecordingScorer(gate)
+    reports: list[BatchReport] = []
+    admission: Admission[Job] = Admission(AdmissionConfig(max_queue_delay_ms=60_000.0))
+    batcher = Batcher(scorer, admission, BatchingConfig(max_batch_rows=64, max_wait_ms=0.0),
+                      on_batch=reports.append)
+    base = batcher.submit_baseline(*rows(base_tag, 2))
+    opt = batcher.submit_optional(*rows(opt_tag, 3), value=10.0, deadline_ms=FAR_MS)
+    batcher.start()
+    assert await asyncio.to_thread(scorer.entered.wait, 10)
+    return batcher, scorer, gate, reports, base, opt
+
+
+async def test_optional_answers_of_a_pass_in_service_when_a_notice_came_are_not_used() -> None:
+    batcher, scorer, gate, reports, base, opt = await in_service(1, 2)
+    try:
+        await asyncio.to_thread(batcher.preempt)  # as the Kafka thread does, mid-pass
+        gate.set()
+        assert list(await asyncio.wait_for(base, 10)) == expected(1, 2)
+        with pytest.raises(Shed) as info:
+            await asyncio.wait_for(opt, 10)
+        assert info.value.reason == "preemption"
+        assert scorer.batches[0] == [1.0, 1.0, 2.0, 2.0, 2.0]  # the model did score them
+        assert batcher.state().shed_units == {"preemption": 3}
+        await wait_for_reports(reports, 1)
+        assert reports[0].discarded_optional_rows == 3 and reports[0].optional_rows == 3
+    finally:
+        gate.set()
+        batcher.stop(5)
+
+
+async def test_a_notice_and_a_resume_within_one_pass_still_discard_its_optional_answers(
+        ) -> None:
+    batcher, _, gate, reports, base, opt = await in_service(1, 2)
+    try:
+        batcher.preempt()
+        batcher.resume()  # new targets came before the pass ended: it still ran across a notice
+        gate.set()
+        assert list(await asyncio.wait_for(base, 10)) == expected(1, 2)
+        with pytest.raises(Shed, match="preemption"):
+            await asyncio.wait_for(opt, 10)
+        after = batcher.submit_optional(*rows(3, 2), value=1.0, deadline_ms=FAR_MS)
+        assert list(await asyncio.wait_for(after, 10)) == expected(3, 2)  # a pass after is used
+        await wait_for_reports(reports, 2)
+        assert [r.discarded_optional_rows for r in reports] == [3, 0]
+    finally:
+        gate.set()
+        batcher.stop(5)
+
+
 async def test_optional_work_that_outlives_its_deadline_is_shed(gated: Gated) -> None:
     batcher, scorer, gate, _ = gated
     first = await hold_first_pass(batcher, scorer)
