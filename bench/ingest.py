@@ -34,7 +34,7 @@ from schemas.kafka_config import KafkaSettings
 from schemas.sketch import new_sketch, to_wire
 from streams.control.config import ControlConfig
 from streams.control.controller import ScopeController
-from surplus.demo.procs import Child
+from surplus.live.procs import Child
 from surplus.localkafka import free_port
 from surplus.topics import apply_topics
 

@@ -42,7 +42,7 @@ from schemas.topics import scope_partition
 from streams.control.config import ControlConfig
 from streams.control.controller import ScopeController
 from streams.control.dispatch import RULES, dispatch_all
-from surplus.demo.procs import Child
+from surplus.live.procs import Child
 from surplus.localkafka import free_port
 from surplus.topics import apply_topics
 

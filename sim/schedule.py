@@ -5,7 +5,7 @@ A scenario's opportunistic pools have a capacity shape and outages (random recla
 module turns that into an ordered list of ``Action``s at offsets from the start of a run, and
 is the one place that says what a capacity scheduler sends: the simulator publishes these
 actions at their simulated time (``sim.engine``), the live scheduler sends them to Kafka at
-their wall-clock time (``surplus.demo.scheduler``, ``surplus scheduler``). Nothing here reads
+their wall-clock time (``surplus.live.scheduler``, ``surplus scheduler``). Nothing here reads
 a clock or talks to Kafka: an ``Outbox`` stamps each message when it is sent, so a notice's
 deadline is measured from when it really left.
 

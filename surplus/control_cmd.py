@@ -110,7 +110,7 @@ def describe_config(control: ControlConfig | None) -> str:
     import msgspec
 
     from streams.control.config import ControlConfig
-    from surplus.demo.plan import to_toml
+    from surplus.live.plan import to_toml
 
     control = control or ControlConfig()
     tree = msgspec.to_builtins(control)

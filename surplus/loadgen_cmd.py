@@ -49,8 +49,8 @@ def loadgen(
     """
     from schemas.clock import wall_ms
     from sim.scenario import ScenarioError
-    from surplus.demo import plan
-    from surplus.demo.loadgen import run_loadgen
+    from surplus.live import plan
+    from surplus.live.loadgen import run_loadgen
 
     if not baseline_url and not membership:
         fail("give at least one --baseline-url (a ranking worker), or --membership")

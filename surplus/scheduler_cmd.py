@@ -39,8 +39,8 @@ def scheduler(
     from schemas.clock import wall_ms
     from sim import schedule
     from sim.scenario import ScenarioError
-    from surplus.demo import plan
-    from surplus.demo.scheduler import ReplicaDirectory, Scheduler
+    from surplus.live import plan
+    from surplus.live.scheduler import ReplicaDirectory, Scheduler
 
     try:
         scn, base = plan.load(scenario, duration)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from surplus.demo.procs import Child
+from surplus.live.procs import Child
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_TIMEOUT_S = 600

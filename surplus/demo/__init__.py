@@ -1,9 +1,7 @@
-"""The live system on one machine: capacity scheduler, load generator and the `surplus demo` run.
+"""`surplus demo`: the whole system on one machine, then a report.
 
-``plan`` reads a simulator scenario (``sim/scenarios/*.toml``) as the description of a live
-fleet, whose opportunistic replicas run while the capacity schedule (``sim.schedule``, the
-simulator's own) lends them; ``scheduler`` sends that schedule's grants, renewals, revokes and
-preemption notices and ``loadgen`` the traffic, against real Kafka and real workers;
-``run`` starts and stops every process of a demo; ``report`` turns what was recorded into
-``summary.json``, plots and ``report.html``.
+``run`` starts and stops every process of a demo (the pieces it plays a scenario with live in
+``surplus.live``); ``slices`` gives each opportunistic replica a CPU slice of its grant;
+``analysis`` and ``report`` turn what was recorded into ``summary.json``, plots and
+``report.html``.
 """

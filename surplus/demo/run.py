@@ -43,10 +43,11 @@ from schemas.topics import SCOPE_PARTITIONS
 from sim import schedule
 from sim.scenario import Scenario, ScenarioError
 from surplus import localkafka
-from surplus.demo import plan, report, slices
+from surplus.demo import report, slices
 from surplus.demo.analysis import RunInfo
 from surplus.demo.monitor import Monitor, last_line
-from surplus.demo.procs import Child, metrics_text, wait_until
+from surplus.live import plan
+from surplus.live.procs import Child, metrics_text, wait_until
 
 DEFAULT_PREFIX = "surplus.demo."
 APP_ID = "surplus-demo-control"

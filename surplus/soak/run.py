@@ -23,8 +23,8 @@ from typing import Any
 
 from schemas.clock import wall_ms
 from surplus import localkafka
-from surplus.demo.procs import metrics_text
 from surplus.demo.run import Demo, DemoOptions
+from surplus.live.procs import metrics_text
 from surplus.soak import growth, probe, verdict
 
 DEFAULT_SCENARIO = "soak"

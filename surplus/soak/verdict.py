@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from surplus.demo import plan
+from surplus.live import plan
 from surplus.soak import growth
 from surplus.soak.table import table
 

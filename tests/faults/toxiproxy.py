@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from surplus import localkafka
-from surplus.demo.procs import Child
+from surplus.live.procs import Child
 from tests.go_tools import ToolError, built, start_answering
 
 START_TIMEOUT_S = 20.0

@@ -15,7 +15,7 @@ from schemas.codec import decode, encode
 from schemas.contract import Event
 from schemas.kafka_clients import OFFSET_BEGINNING
 from schemas.kafka_config import KafkaSettings
-from surplus.demo.procs import Child
+from surplus.live.procs import Child
 
 E = TypeVar("E", bound=Event)
 

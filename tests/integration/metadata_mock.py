@@ -8,7 +8,7 @@ import urllib.request
 from pathlib import Path
 
 from surplus import localkafka
-from surplus.demo.procs import Child
+from surplus.live.procs import Child
 from tests.go_tools import built, start_answering
 
 START_TIMEOUT_S = 20.0

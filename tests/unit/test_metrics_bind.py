@@ -7,7 +7,7 @@ import pytest
 
 from schemas.kafka_config import KafkaSettings
 from streams.settings import ControlPlaneSettings
-from surplus.demo.scheduler import Scheduler
+from surplus.live.scheduler import Scheduler
 from surplus.localkafka import free_port
 from tests.sockets import listening
 

@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from schemas.build import surplus_version
 from streams.agents.metrics import Metrics
-from surplus.demo.loadgen import LoadMetrics
-from surplus.demo.scheduler import SchedulerMetrics
+from surplus.live.loadgen import LoadMetrics
+from surplus.live.scheduler import SchedulerMetrics
 from tests.unit.metrics.promtool import promtool
 from workers.policy.admission import AdmissionState
 from workers.policy.targets import NO_TARGETS

@@ -15,7 +15,7 @@ from schemas.kafka_config import KafkaSettings
 from sim import schedule
 from sim.engine import Simulation
 from streams.eventlog import read_events
-from surplus.demo import scheduler as live
+from surplus.live import scheduler as live
 from tests.unit.sim.helpers import LENT, lent_scenario
 
 

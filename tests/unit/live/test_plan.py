@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 
 from sim import schedule
-from surplus.demo import plan
+from surplus.live import plan
 from tests.unit.sim.helpers import lent_scenario
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from surplus.bench_cmd import Bench, meets, run_one
-from surplus.demo import loadgen, plan
-from surplus.demo.procs import Child
+from surplus.live import loadgen, plan
+from surplus.live.procs import Child
 
 STUBBORN = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "

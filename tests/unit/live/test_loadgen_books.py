@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from schemas.clock import wall_ms
-from surplus.demo import loadgen, plan
+from surplus.live import loadgen, plan
 from tests.unit.client.contract_worker import Worker, serve
 from tests.unit.policy.helpers import targets
 from workers.client.client import RankingClient
