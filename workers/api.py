@@ -4,7 +4,9 @@ Both sides import these structs, so the JSON on the wire cannot drift between th
 in the types (msgspec `Meta`): a decoded request is already known to be small enough to score,
 and `decode_request` adds the one cross-field rule (`base_count <= len(candidates)`). Errors are
 `schemas.codec.ContractError` whose message names the offending field, like every other decode
-in Surplus.
+in Surplus. This is the JSON form, for people, curl and tools; `workers.wire` holds the msgpack
+form the client sends (the same header, `RankHeader`; candidates as raw numpy columns) and
+which of the two a request asked for.
 
 Work split: the first `base_count` candidates are baseline work (never shed); the rest are
 optional RMA extra candidates the server may shed, counting them in `optional_shed` with a
@@ -13,7 +15,7 @@ optional RMA extra candidates the server may shed, counting them in `optional_sh
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 from msgspec import Meta, Struct
@@ -48,21 +50,27 @@ class Candidate(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     prior: Bounded = 0.0
 
 
-class RankRequest(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Score `candidates` for one ranking request within `deadline_ms` (a relative budget)."""
+class RankHeader(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """What a ranking request says besides its candidates, in either encoding: JSON
+    (`RankRequest`) and msgpack (`workers.wire`) share these fields and their bounds."""
 
     v: int = API_VERSION
     request_id: Name
     segment: Name
     value: Annotated[float, Meta(ge=0.0, le=1e9)]
     deadline_ms: Annotated[float, Meta(gt=0.0, le=MAX_DEADLINE_MS)]
-    dense: Annotated[list[Bounded], Meta(max_length=MAX_DENSE)] = []
-    candidates: Annotated[list[Candidate], Meta(max_length=MAX_CANDIDATES)]
     base_count: NonNegInt
     gain: Annotated[float, Meta(ge=-1e9, le=1e9)] | None = None
     """What the client expects this request's optional work to add: a replica keeps optional
     work highest gain first and sheds it lowest first (absent: by ``value``). A worker that
     predates the field refuses it (400 naming it): upgrade workers before clients."""
+
+
+class RankRequest(RankHeader, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Score `candidates` for one ranking request within `deadline_ms` (a relative budget)."""
+
+    dense: Annotated[list[Bounded], Meta(max_length=MAX_DENSE)] = []
+    candidates: Annotated[list[Candidate], Meta(max_length=MAX_CANDIDATES)]
 
     @property
     def optional_count(self) -> int:
@@ -95,11 +103,16 @@ class RankResponse(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True
 
 _request_decoder = msgspec.json.Decoder(RankRequest, strict=True)
 _response_decoder = msgspec.json.Decoder(RankResponse, strict=True)
+_msgpack_response_decoder = msgspec.msgpack.Decoder(RankResponse, strict=True)
 _encoder = msgspec.json.Encoder()
 
 
-def _decode(decoder: msgspec.json.Decoder, name: str, payload: bytes | bytearray | memoryview,
-            max_bytes: int) -> object:
+def decode_strict(decoder: msgspec.json.Decoder[Any] | msgspec.msgpack.Decoder[Any], name: str,
+                  payload: bytes | bytearray | memoryview, max_bytes: int) -> Any:
+    """Decode with a strict msgspec decoder, JSON or msgpack, turning every way it can fail
+    into a ContractError that names `name` and the field (the size bound comes first, so an
+    oversized body is never parsed)."""
+    encoding = "JSON" if isinstance(decoder, msgspec.json.Decoder) else "msgpack"
     if len(payload) > max_bytes:
         raise ContractError(name, f"payload of {len(payload)} bytes exceeds the "
                                   f"{max_bytes}-byte limit")
@@ -108,29 +121,37 @@ def _decode(decoder: msgspec.json.Decoder, name: str, payload: bytes | bytearray
     except msgspec.ValidationError as exc:
         raise ContractError(name, str(exc)) from None
     except msgspec.DecodeError as exc:
-        raise ContractError(name, f"malformed JSON ({exc})") from None
+        raise ContractError(name, f"malformed {encoding} ({exc})") from None
     except RecursionError:
-        raise ContractError(name, "JSON nested too deeply") from None
+        raise ContractError(name, f"{encoding} nested too deeply") from None
+
+
+def check_header(header: RankHeader, candidates: int) -> None:
+    """The rules a request's header keeps beyond its types, in either encoding: a known API
+    version, and no more baseline candidates than were sent."""
+    if header.v != API_VERSION:
+        raise ContractError("RankRequest", f"unknown API version {header.v} at `$.v` "
+                                           f"(supported: [{API_VERSION}])")
+    if header.base_count > candidates:
+        raise ContractError("RankRequest", f"`$.base_count` is {header.base_count} but only "
+                                           f"{candidates} candidates were sent")
 
 
 def decode_request(payload: bytes | bytearray | memoryview,
                    max_bytes: int = DEFAULT_MAX_BYTES) -> RankRequest:
-    """Strictly decode a ranking request body; ContractError names the bad field."""
-    request = _decode(_request_decoder, "RankRequest", payload, max_bytes)
+    """Strictly decode a JSON ranking request body; ContractError names the bad field."""
+    request = decode_strict(_request_decoder, "RankRequest", payload, max_bytes)
     assert isinstance(request, RankRequest)
-    if request.v != API_VERSION:
-        raise ContractError("RankRequest", f"unknown API version {request.v} at `$.v` "
-                                           f"(supported: [{API_VERSION}])")
-    if request.base_count > len(request.candidates):
-        raise ContractError("RankRequest", f"`$.base_count` is {request.base_count} but only "
-                                           f"{len(request.candidates)} candidates were sent")
+    check_header(request, len(request.candidates))
     return request
 
 
 def decode_response(payload: bytes | bytearray | memoryview,
-                    max_bytes: int = DEFAULT_MAX_BYTES) -> RankResponse:
-    """Strictly decode a ranking response body; ContractError names the bad field."""
-    response = _decode(_response_decoder, "RankResponse", payload, max_bytes)
+                    max_bytes: int = DEFAULT_MAX_BYTES, *, msgpack: bool = False) -> RankResponse:
+    """Strictly decode a ranking response body (JSON, or msgpack with ``msgpack``: the same
+    struct either way); ContractError names the bad field."""
+    decoder = _msgpack_response_decoder if msgpack else _response_decoder
+    response = decode_strict(decoder, "RankResponse", payload, max_bytes)
     assert isinstance(response, RankResponse)
     if response.v != API_VERSION:
         raise ContractError("RankResponse", f"unknown API version {response.v} at `$.v` "
@@ -148,6 +169,6 @@ def encode(message: RankRequest | RankResponse) -> bytes:
 
 __all__ = [
     "API_VERSION", "MAX_CANDIDATES", "MAX_DEADLINE_MS", "MAX_DENSE", "MAX_SPARSE_IDS",
-    "RANK_PATH", "Candidate", "ContractError", "RankRequest", "RankResponse", "ServerState",
-    "decode_request", "decode_response", "encode",
+    "RANK_PATH", "Candidate", "ContractError", "RankHeader", "RankRequest", "RankResponse",
+    "ServerState", "check_header", "decode_request", "decode_response", "decode_strict", "encode",
 ]

@@ -25,7 +25,7 @@ IMPURE = {"faust", "aiokafka", "confluent_kafka", "kafka", "torch", "aiohttp", "
           "time", "datetime", "random", "secrets", "uuid", "os", "mode"}
 PURE = ["schemas/contract.py", "schemas/codec.py", "schemas/sketch.py", "schemas/topics.py",
         "schemas/signing.py",
-        "streams/control/*.py", "workers/policy/*.py", "workers/api.py",
+        "streams/control/*.py", "workers/policy/*.py", "workers/api.py", "workers/wire.py",
         "workers/client/decision.py", "workers/client/config.py", "workers/capacity/decide.py"]
 # Packages a layer must not import (its own and lower layers are fine).
 FORBIDDEN_LAYERS = {
@@ -85,10 +85,11 @@ def test_only_the_control_plane_app_and_agents_import_faust() -> None:
 
 
 def test_pure_client_core_does_not_reach_into_the_edge() -> None:
-    for path in files("workers/policy/*.py", "workers/api.py", "workers/client/decision.py"):
+    for path in files("workers/policy/*.py", "workers/api.py", "workers/wire.py",
+                      "workers/client/decision.py"):
         edge = {m for m in imported_modules(path)
                 if m.startswith(("workers.runtime", "workers.client.client",
-                                 "workers.client.feed"))}
+                                 "workers.client.feed", "workers.client.transport"))}
         assert not edge, (path, edge)
 
 

@@ -1,0 +1,361 @@
+"""The ranking endpoint's two encodings, and which one a request asked for.
+
+JSON (`workers.api`) is for people, curl and tools, and stays the default. msgpack
+(``Content-Type: application/msgpack``) is what `RankingClient` sends: the header fields of
+JSON (`RankHeader`) and the candidates as columns, each column the raw little-endian bytes of
+a numpy array with its dtype and shape (`Array`). A worker then reads 2,000 candidates with a
+few copies into numpy and one vectorised bounds check per column, where JSON parses 20,000
+numbers from text, builds 2,000 structs and walks them again to make the model's arrays
+(`surplus bench transport` measures both).
+
+The columns of a msgpack request (``n`` candidates, ``k`` sparse ids each, ``d`` dense values):
+
+========  ============  ===========================  =================================
+field     shape         dtype                        each value
+========  ============  ===========================  =================================
+ids       ``[n]``       ``<i8``                      0 .. 2**63-1
+priors    ``[n]``       ``<f8`` or ``<f4``           -1e9 .. 1e9
+sparse    ``[n, k]``    ``<i4`` or ``<i8``           0 .. 2**31-1
+dense     ``[d]``       ``<f8`` or ``<f4``           -1e9 .. 1e9
+========  ============  ===========================  =================================
+
+The bounds are `workers.api`'s, so both encodings accept the same requests, with one
+exception: a msgpack request gives every candidate the same number of sparse ids (one width,
+``k``), which is all a model takes anyway. The response is the same `RankResponse` struct in
+msgpack when the Accept header ranks msgpack at least as high as JSON; error bodies are JSON
+whatever was asked, since people read them. Every refusal is a `ContractError` naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import msgspec
+import numpy as np
+from msgspec import Meta, Struct
+
+from schemas.codec import DEFAULT_MAX_BYTES, ContractError
+from workers.api import (
+    API_VERSION,
+    MAX_CANDIDATES,
+    MAX_DENSE,
+    MAX_SPARSE_IDS,
+    Candidate,
+    RankHeader,
+    RankRequest,
+    RankResponse,
+    check_header,
+    decode_request,
+    decode_response,
+    decode_strict,
+    encode,
+)
+
+Encoding = Literal["json", "msgpack"]
+JSON_TYPE = "application/json"
+MSGPACK_TYPE = "application/msgpack"
+CONTENT_TYPES: dict[Encoding, str] = {"json": JSON_TYPE, "msgpack": MSGPACK_TYPE}
+#: The Accept a msgpack-speaking client sends: msgpack, or JSON where that is all there is.
+ACCEPT_MSGPACK = f"{MSGPACK_TYPE}, {JSON_TYPE};q=0.5"
+#: The media types of each encoding (msgpack has three spellings in use), for Content-Type
+#: and Accept alike.
+_TYPES: dict[str, Encoding] = {
+    JSON_TYPE: "json", MSGPACK_TYPE: "msgpack", "application/x-msgpack": "msgpack",
+    "application/vnd.msgpack": "msgpack"}
+#: A body may also declare a form: ``curl -d`` does when it is told nothing, and no form is a
+#: ranking request, so it is read as the JSON it always is.
+_READS: dict[str, Encoding] = {**_TYPES, "application/x-www-form-urlencoded": "json"}
+
+
+def request_encoding(content_type: str | None) -> Encoding | None:
+    """The encoding a body declares by its Content-Type (parameters such as ``charset``
+    ignored; none declared: JSON), or None for a type the endpoint does not read (a 415)."""
+    if content_type is None or not content_type.strip():
+        return "json"
+    media = content_type.split(";", 1)[0].strip().lower()
+    return _READS.get(media)
+
+
+def response_encoding(accept: str | None) -> Encoding:
+    """msgpack when the Accept header names a msgpack type with a q-value above zero and at
+    least JSON's; JSON otherwise (no header, ``*/*``, a type we do not serve, nonsense), so
+    curl and browsers get what they can show. A range's q-value is its most specific match's."""
+    if not accept:
+        return "json"
+    best: dict[Encoding, tuple[int, float]] = {}  # encoding -> (specificity, q)
+    for item in accept.split(","):
+        media, *params = (part.strip().lower() for part in item.split(";"))
+        q = 1.0
+        for param in params:
+            key, _, raw = param.partition("=")
+            if key.strip() == "q":
+                try:
+                    q = min(max(float(raw), 0.0), 1.0)
+                except ValueError:
+                    q = 0.0
+        for encoding in ("json", "msgpack"):
+            specificity = _specificity(media, encoding)
+            if specificity and specificity > best.get(encoding, (0, 0.0))[0]:
+                best[encoding] = (specificity, q)
+    specificity, q_msgpack = best.get("msgpack", (0, 0.0))
+    q_json = best.get("json", (0, 0.0))[1]
+    named = specificity == 3     # a wildcard alone never asks for msgpack
+    return "msgpack" if named and q_msgpack > 0.0 and q_msgpack >= q_json else "json"
+
+
+def _specificity(media: str, encoding: Encoding) -> int:
+    """3: the range names this encoding's type; 2: ``application/*``; 1: ``*/*``; 0: no match."""
+    if media == "*/*":
+        return 1
+    if media == "application/*":
+        return 2
+    return 3 if _TYPES.get(media) == encoding else 0
+
+
+class Array(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A numpy array on the wire: its dtype (``<i8``: little-endian int64), its shape, and its
+    values' raw bytes in C order, which a reader turns back with `numpy.frombuffer`."""
+
+    dtype: Annotated[str, Meta(max_length=8)]
+    shape: Annotated[list[Annotated[int, Meta(ge=0, le=1 << 20)]], Meta(max_length=8)]
+    data: bytes
+
+    @classmethod
+    def of(cls, array: np.ndarray) -> Array:
+        """The wire form of `array` (its dtype should be little-endian, as every column's is)."""
+        return cls(dtype=array.dtype.str, shape=list(array.shape), data=array.tobytes())
+
+
+class MsgpackRankRequest(RankHeader, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The msgpack body of a ranking request: `RankHeader`'s fields and four columns (the
+    module docstring has their shapes, dtypes and bounds)."""
+
+    ids: Array
+    priors: Array
+    sparse: Array
+    dense: Array
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    """What one column of `MsgpackRankRequest` may hold."""
+
+    dtypes: tuple[str, ...]
+    axes: tuple[tuple[str, int], ...]     # (what an axis counts, its most)
+    low: float
+    high: float
+
+    @property
+    def bounds(self) -> str:
+        """The bounds as an error message says them (integers in full)."""
+        if isinstance(self.low, int):
+            return f"{self.low} to {self.high}"
+        return f"{self.low:g} to {self.high:g}"
+
+
+_CANDIDATES = ("candidates", MAX_CANDIDATES)
+_COLUMNS = {
+    "ids": _Column(("<i8",), (_CANDIDATES,), 0, 2**63 - 1),
+    "priors": _Column(("<f8", "<f4"), (_CANDIDATES,), -1e9, 1e9),
+    "sparse": _Column(("<i4", "<i8"), (_CANDIDATES, ("sparse ids", MAX_SPARSE_IDS)),
+                      0, 2**31 - 1),
+    "dense": _Column(("<f8", "<f4"), (("dense values", MAX_DENSE),), -1e9, 1e9),
+}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ColumnarRequest:
+    """A ranking request decoded from msgpack: the header of `RankRequest` and its candidates
+    as numpy columns, read-only views of the body (the worker copies what it batches).
+
+    ``ids`` int64[n], ``priors`` float[n], ``sparse`` int[n, k], ``dense`` float[d], with the
+    dtypes that were sent (one of each column's, see the module docstring).
+    """
+
+    request_id: str
+    segment: str
+    value: float
+    deadline_ms: float
+    base_count: int
+    gain: float | None
+    ids: np.ndarray
+    priors: np.ndarray
+    sparse: np.ndarray
+    dense: np.ndarray
+    v: int = API_VERSION
+
+    @property
+    def candidate_count(self) -> int:
+        """How many candidates were sent."""
+        return len(self.ids)
+
+    @property
+    def optional_count(self) -> int:
+        """How many candidates are optional RMA extra work."""
+        return len(self.ids) - self.base_count
+
+    def to_request(self) -> RankRequest:
+        """The same request in the JSON shape, one `Candidate` struct per candidate: for code
+        that wants the structs (it pays the per-candidate cost the columns avoid)."""
+        candidates = [Candidate(id=i, sparse=s, prior=p) for i, s, p in
+                      zip(self.ids.tolist(), self.sparse.tolist(), self.priors.tolist(),
+                          strict=True)]
+        return RankRequest(v=self.v, request_id=self.request_id, segment=self.segment,
+                           value=self.value, deadline_ms=self.deadline_ms,
+                           base_count=self.base_count, gain=self.gain,
+                           dense=self.dense.tolist(), candidates=candidates)
+
+
+#: A decoded ranking request, whichever encoding it came in: what a worker scores.
+RequestBody = RankRequest | ColumnarRequest
+
+_msgpack_request_decoder = msgspec.msgpack.Decoder(MsgpackRankRequest, strict=True)
+_msgpack_encoder = msgspec.msgpack.Encoder()
+
+
+def decode_columnar_request(payload: bytes | bytearray | memoryview,
+                            max_bytes: int = DEFAULT_MAX_BYTES) -> ColumnarRequest:
+    """Strictly decode a msgpack ranking request; ContractError names the bad field (a
+    column's dtype, shape, byte count, or its first value out of bounds, by index)."""
+    wire = decode_strict(_msgpack_request_decoder, "RankRequest", payload, max_bytes)
+    assert isinstance(wire, MsgpackRankRequest)
+    ids = _column("ids", wire.ids)
+    priors = _column("priors", wire.priors)
+    sparse = _column("sparse", wire.sparse)
+    dense = _column("dense", wire.dense)
+    n = len(ids)
+    for name, column in (("priors", priors), ("sparse", sparse)):
+        if len(column) != n:
+            raise ContractError("RankRequest", f"`$.{name}.shape` is {list(column.shape)} but "
+                                               f"`$.ids` has {n} candidates: one row each")
+    check_header(wire, n)
+    return ColumnarRequest(v=wire.v, request_id=wire.request_id, segment=wire.segment,
+                           value=wire.value, deadline_ms=wire.deadline_ms,
+                           base_count=wire.base_count, gain=wire.gain, ids=ids, priors=priors,
+                           sparse=sparse, dense=dense)
+
+
+def _column(name: str, array: Array) -> np.ndarray:
+    """One column as a read-only numpy view of its bytes, once its dtype, shape, size and
+    values are what `_COLUMNS` allows."""
+    spec = _COLUMNS[name]
+    if array.dtype not in spec.dtypes:
+        raise ContractError("RankRequest", f"`$.{name}.dtype` is {array.dtype!r}; expected "
+                                           f"{' or '.join(map(repr, spec.dtypes))}")
+    if len(array.shape) != len(spec.axes):
+        raise ContractError("RankRequest", f"`$.{name}.shape` is {array.shape}; expected "
+                                           f"[{', '.join(axis for axis, _ in spec.axes)}]")
+    for size, (axis, most) in zip(array.shape, spec.axes, strict=True):
+        if size > most:
+            raise ContractError("RankRequest", f"`$.{name}.shape` has {size} {axis}; at most "
+                                               f"{most}")
+    dtype = np.dtype(array.dtype)
+    expected = int(np.prod(array.shape)) * dtype.itemsize
+    if len(array.data) != expected:
+        raise ContractError("RankRequest", f"`$.{name}.data` has {len(array.data)} bytes; "
+                                           f"shape {array.shape} of {array.dtype!r} takes "
+                                           f"{expected}")
+    values = np.frombuffer(array.data, dtype=dtype).reshape(array.shape)
+    # min and max are two passes with no temporary array; NaN makes either comparison false.
+    if values.size and not (spec.low <= values.min() and values.max() <= spec.high):
+        flat = int(np.flatnonzero(~((values >= spec.low) & (values <= spec.high)))[0])
+        where = "".join(f"[{i}]" for i in np.unravel_index(flat, values.shape))
+        raise ContractError("RankRequest", f"`$.{name}{where}` is {values.flat[flat].item()!r}; "
+                                           f"expected {spec.bounds}")
+    return values
+
+
+def encode_columnar_request(request: RankRequest) -> bytes:
+    """The msgpack body of a request. Values out of the contract's bounds are sent as they are,
+    for the worker to refuse by name as it does in JSON; what no column can carry is refused
+    here, by name: candidates of different sparse widths, a non-number, an integer beyond int64.
+    """
+    candidates = request.candidates
+    n = len(candidates)
+    ids = _numbers([c.id for c in candidates], "iu", "$.candidates[{}].id")
+    priors = _numbers([c.prior for c in candidates], "iuf", "$.candidates[{}].prior")
+    dense = _numbers(request.dense, "iuf", "$.dense[{}]")
+    rows = [c.sparse for c in candidates]
+    width = len(rows[0]) if n else 0
+    try:
+        sparse = _numbers(rows, "iu", "$.candidates[{}].sparse")
+    except ValueError as exc:
+        if isinstance(exc, ContractError):
+            raise
+        ragged = next(i for i, row in enumerate(rows) if len(row) != width)
+        raise ContractError("RankRequest", f"`$.candidates[{ragged}].sparse` has "
+                                           f"{len(rows[ragged])} ids but `$.candidates[0]"
+                                           f".sparse` has {width}: msgpack carries one width "
+                                           f"per request") from None
+    # The contract's ids fit int32, half the bytes; anything else travels as int64 to be
+    # refused by the worker with its index.
+    narrow = not sparse.size or (sparse.min() >= -2**31 and sparse.max() <= 2**31 - 1)
+    return _msgpack_encoder.encode(MsgpackRankRequest(
+        v=request.v, request_id=request.request_id, segment=request.segment,
+        value=request.value, deadline_ms=request.deadline_ms, base_count=request.base_count,
+        gain=request.gain, ids=Array.of(ids.astype("<i8")),
+        priors=Array.of(priors.astype("<f8")),
+        sparse=Array.of(sparse.astype("<i4" if narrow else "<i8").reshape(n, width)),
+        dense=Array.of(dense.astype("<f8"))))
+
+
+def _numbers(values: Sequence[Any], kinds: str, path: str) -> np.ndarray:
+    """`values` (numbers, or rows of them) as one array whose dtype kind is among `kinds`
+    (numpy's: ``i`` signed, ``u`` unsigned, ``f`` float) and whose integers fit int64;
+    ContractError names the first value that is not (``path`` formatted with its index).
+    Rows of different lengths raise numpy's ValueError for the caller to name."""
+    array = np.array(values)
+    if not array.size:
+        return array
+    if array.dtype.kind in kinds and not (array.dtype.kind == "u" and array.max() > 2**63 - 1):
+        return array
+    for i, value in enumerate(values):
+        for number in value if isinstance(value, list) else [value]:
+            ok = ((isinstance(number, int | np.integer) and -2**63 <= number <= 2**63 - 1)
+                  or ("f" in kinds and isinstance(number, float | np.floating)))
+            if not ok or isinstance(number, bool | np.bool_):
+                raise ContractError("RankRequest", f"`{path.format(i)}` holds {number!r}; "
+                                                   f"expected {_KIND_NAMES[kinds]}")
+    raise ContractError("RankRequest", f"`{path.format('')}` holds values no "
+                                       f"{_KIND_NAMES[kinds]} column carries")
+
+
+_KIND_NAMES = {"iu": "an integer within int64", "iuf": "a number"}
+
+
+def encode_rank_request(request: RankRequest, encoding: Encoding) -> bytes:
+    """A request's body in either encoding."""
+    return encode(request) if encoding == "json" else encode_columnar_request(request)
+
+
+def decode_rank_request(payload: bytes | bytearray | memoryview, encoding: Encoding,
+                        max_bytes: int = DEFAULT_MAX_BYTES) -> RequestBody:
+    """A request body in the encoding its Content-Type declared (`request_encoding`)."""
+    if encoding == "json":
+        return decode_request(payload, max_bytes)
+    return decode_columnar_request(payload, max_bytes)
+
+
+def encode_rank_response(response: RankResponse, encoding: Encoding) -> bytes:
+    """A response's body in the encoding the caller's Accept chose (`response_encoding`)."""
+    return encode(response) if encoding == "json" else _msgpack_encoder.encode(response)
+
+
+def decode_rank_response(payload: bytes | bytearray | memoryview, content_type: str | None,
+                         max_bytes: int = DEFAULT_MAX_BYTES) -> RankResponse:
+    """A response body in the encoding its Content-Type declares (none: JSON)."""
+    encoding = request_encoding(content_type)
+    if encoding is None:
+        raise ContractError("RankResponse", f"content type {content_type!r} is neither JSON "
+                                            f"nor msgpack")
+    return decode_response(payload, max_bytes, msgpack=encoding == "msgpack")
+
+
+__all__ = [
+    "ACCEPT_MSGPACK", "CONTENT_TYPES", "JSON_TYPE", "MSGPACK_TYPE", "Array", "ColumnarRequest",
+    "Encoding", "MsgpackRankRequest", "RequestBody", "decode_columnar_request",
+    "decode_rank_request", "decode_rank_response", "encode_columnar_request",
+    "encode_rank_request", "encode_rank_response", "request_encoding", "response_encoding",
+]
