@@ -219,7 +219,13 @@ def decode_columnar_request(payload: bytes | bytearray | memoryview,
                             max_bytes: int = DEFAULT_MAX_BYTES) -> ColumnarRequest:
     """Strictly decode a msgpack ranking request; ContractError names the bad field (a
     column's dtype, shape, byte count, or its first value out of bounds, by index)."""
-    wire = decode_strict(_msgpack_request_decoder, "RankRequest", payload, max_bytes)
+    try:
+        wire = decode_strict(_msgpack_request_decoder, "RankRequest", payload, max_bytes)
+    except ContractError as exc:
+        if bytes(payload[:1]) == b"{":      # msgpack reads it as the number 123
+            raise ContractError("RankRequest", f"{exc.reason}: the body looks like JSON; "
+                                               f"declare it as {JSON_TYPE}") from None
+        raise
     assert isinstance(wire, MsgpackRankRequest)
     ids = _column("ids", wire.ids)
     priors = _column("priors", wire.priors)

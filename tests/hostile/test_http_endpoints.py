@@ -29,6 +29,7 @@ from tests.integration.worker_support import body, rank_request, tiny_config
 from workers.api import decode_response
 from workers.runtime.server import create_app
 from workers.runtime.worker import Worker
+from workers.wire import encode_columnar_request
 
 FUZZ = settings(max_examples=120, deadline=3000, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow,
@@ -116,6 +117,21 @@ def test_rank_takes_any_body(served: ServedWorker, payload: bytes) -> None:
                                           {"content-type": "application/json"})
     _check(status, raw, seconds)
     assert status in (200, 400, 422), (status, raw[:200])
+
+
+@FUZZ
+@given(payload=HOSTILE_BYTES | st.builds(
+    lambda valid, cut, noise: valid[:cut] + noise,
+    st.just(encode_columnar_request(rank_request(3, 2))), st.integers(0, 400),
+    st.binary(max_size=40)))
+def test_rank_takes_any_msgpack_body(served: ServedWorker, payload: bytes) -> None:
+    status, raw, seconds = served.request("POST", "/v1/rank", payload,
+                                          {"content-type": "application/msgpack",
+                                           "accept": "application/msgpack"})
+    error = _check(status, raw, seconds)
+    assert status in (200, 400, 422), (status, raw[:200])
+    if status != 200:
+        assert error["error"].startswith("RankRequest: "), raw[:200]
 
 
 @FUZZ

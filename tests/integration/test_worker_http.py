@@ -1,12 +1,16 @@
 """The worker over real HTTP with a real (tiny) torch model: baseline always served, optional
-work only as targets and admission allow, bad requests answered 4xx by name, metrics exposed."""
+work only as targets and admission allow, bad requests answered 4xx by name, metrics exposed;
+requests in JSON or msgpack by their content type, answers in what Accept asks for."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
+import msgspec
+import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient
 
@@ -21,6 +25,13 @@ from tests.integration.worker_support import (
 )
 from workers.api import RANK_PATH, decode_response, encode
 from workers.runtime.worker import Worker
+from workers.wire import (
+    ACCEPT_MSGPACK,
+    JSON_TYPE,
+    MSGPACK_TYPE,
+    decode_rank_response,
+    encode_columnar_request,
+)
 
 Running = tuple[Worker, TestClient]
 
@@ -63,8 +74,6 @@ async def test_scores_match_the_model_in_request_order(running: Running) -> None
     worker.offer_targets(targets(epoch=1, extra=8))
     req = rank_request(4, 3, seed=11)
     _, raw = await post(client, encode(req))
-    import numpy as np
-
     assert worker.model is not None
     direct = worker.model.score(np.tile(np.asarray(req.dense, np.float32), (7, 1)),
                                 np.asarray([c.sparse for c in req.candidates], np.int64))
@@ -248,3 +257,88 @@ async def test_a_connection_is_closed_after_its_quota_of_responses_and_the_clien
         closing = [r.headers.get("Connection", "").lower() == "close" for r in answers]
         assert [r.status for r in answers] == [200] * 7
         assert closing == [False, False, True, False, False, True, False]
+
+
+async def post_as(client: TestClient, payload: bytes, content_type: str,
+                  accept: str | None = None) -> tuple[int, str, bytes]:
+    headers = {"content-type": content_type, **({"accept": accept} if accept else {})}
+    resp = await client.post(RANK_PATH, data=payload, headers=headers)
+    return resp.status, resp.content_type, await resp.read()
+
+
+async def test_msgpack_request_is_scored_like_json_and_answered_in_what_accept_asks(
+        running: Running) -> None:
+    worker, client = running
+    worker.offer_targets(targets(epoch=1, extra=8))
+    req = rank_request(4, 3, seed=11)
+    status, ctype, raw = await post_as(client, encode_columnar_request(req), MSGPACK_TYPE,
+                                       ACCEPT_MSGPACK)
+    assert (status, ctype) == (200, MSGPACK_TYPE)
+    packed = decode_rank_response(raw, ctype)
+    assert packed.scored == 7 and packed.optional_scored == 3
+    _, json_raw = await post(client, encode(req))
+    np.testing.assert_allclose(packed.scores, json_raw["scores"], rtol=1e-6)
+    status, ctype, raw = await post_as(client, encode_columnar_request(req), MSGPACK_TYPE)
+    assert (status, ctype) == (200, JSON_TYPE)          # no Accept: JSON, for people
+    assert json.loads(raw)["scores"] == pytest.approx(packed.scores, rel=1e-6)
+
+
+async def test_curl_default_form_type_is_read_as_json(running: Running) -> None:
+    _, client = running
+    status, _, raw = await post_as(client, body(2, 0), "application/x-www-form-urlencoded")
+    assert status == 200 and json.loads(raw)["scored"] == 2
+
+
+async def test_unknown_content_type_gets_415_naming_it_and_what_to_send(
+        running: Running) -> None:
+    worker, client = running
+    status, ctype, raw = await post_as(client, body(2, 0), "text/csv")
+    error = json.loads(raw)
+    assert (status, ctype) == (415, JSON_TYPE)
+    assert "'text/csv'" in error["error"] and MSGPACK_TYPE in error["error"]
+    assert set(error["server"]) == {"queue_delay_ms", "in_flight", "shedding_level", "preempted"}
+    assert (await post(client, body(2, 0)))[0] == 200
+    assert worker.metrics.requests.labels("bad_request")._value.get() == 1.0
+
+
+def _packed(mutate: Callable[[dict[str, Any]], None]) -> bytes:
+    wire = msgspec.msgpack.decode(encode_columnar_request(rank_request(2, 1)))
+    mutate(wire)
+    return msgspec.msgpack.encode(wire)
+
+
+def _narrow(wire: dict[str, Any]) -> None:
+    sparse = np.zeros((3, 2), dtype="<i4")
+    wire["sparse"] = {"dtype": "<i4", "shape": [3, 2], "data": sparse.tobytes()}
+
+
+@pytest.mark.parametrize(("payload", "status", "named"), [
+    (b"\xc1\x00", 400, "malformed msgpack"),
+    (body(2, 1), 400, "the body looks like JSON; declare it as application/json"),
+    (_packed(lambda w: w.pop("request_id")), 400, "`request_id`"),
+    (_packed(lambda w: w["sparse"].update(dtype=">i8")), 400, "`$.sparse.dtype` is '>i8'"),
+    (_packed(lambda w: w["sparse"].update(shape=[3, 4])), 400, "`$.sparse.data` has 36 bytes"),
+    (_packed(lambda w: w["priors"].update(shape=[2], data=b"\0" * 16)), 400,
+     "`$.priors.shape` is [2] but `$.ids` has 3"),
+    (_packed(lambda w: w.update(base_count=4)), 400, "`$.base_count` is 4"),
+    (_packed(_narrow), 422, "`$.sparse` has 2 ids per candidate; the baseline model takes 3"),
+    (_packed(lambda w: w["dense"].update(shape=[1], data=b"\0" * 8)), 422,
+     "`$.dense` has 1 values"),
+], ids=["not-msgpack", "json-body", "missing-field", "big-endian", "data-length",
+        "rows-disagree", "base-count", "sparse-width", "dense-width"])
+async def test_malformed_msgpack_requests_get_4xx_naming_the_field_and_serving_goes_on(
+        running: Running, payload: bytes, status: int, named: str) -> None:
+    _, client = running
+    got, ctype, raw = await post_as(client, payload, MSGPACK_TYPE, ACCEPT_MSGPACK)
+    error = json.loads(raw)                          # errors are JSON whatever was accepted
+    assert (got, ctype) == (status, JSON_TYPE)
+    assert error["error"].startswith("RankRequest: ") and named in error["error"]
+    ok, _, _ = await post_as(client, encode_columnar_request(rank_request(2, 0)), MSGPACK_TYPE)
+    assert ok == 200
+
+
+async def test_oversized_msgpack_body_is_refused_with_413() -> None:
+    async with running_worker(tiny_config(max_body_bytes=2048)) as (_, client):
+        status, _, raw = await post_as(client, encode_columnar_request(rank_request(200, 0)),
+                                       MSGPACK_TYPE)
+        assert status == 413 and "2048-byte limit" in json.loads(raw)["error"]

@@ -1,9 +1,11 @@
 """The worker's HTTP face: POST /v1/rank, POST /v1/preempt, GET /healthz, /readyz, /metrics.
 
-Bodies are decoded with the shared strict codec (`workers.api`); anything malformed, oversized
-or of the wrong shape gets a 4xx JSON ``{"error": "..."}`` that names the problem, and the
-worker keeps serving. Every JSON response, errors included, carries the worker's
-``ServerState`` so clients can shed on their own before the control loop reacts.
+Bodies are decoded with the shared strict codecs: a rank request is JSON or msgpack by its
+Content-Type, and answered in what its Accept asks for (`workers.wire`; JSON by default, 415
+for a type it does not read). Anything malformed, oversized or of the wrong shape gets a 4xx
+JSON ``{"error": "..."}`` that names the problem, and the worker keeps serving. Every
+response, errors included, carries the worker's ``ServerState`` so clients can shed on their
+own before the control loop reacts.
 
 ``serve(config)`` runs one worker until SIGTERM/SIGINT: HTTP first (so /healthz answers while
 the model loads), then the model and the inference thread, then Kafka. On a signal, in this
@@ -27,16 +29,25 @@ from ipaddress import IPv4Network, IPv6Address, IPv6Network, ip_address
 from typing import Any
 
 import msgspec
-from aiohttp import web
+from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from schemas.clock import wall_ms_fine
 from schemas.codec import ContractError, codec_for
 from schemas.contract import PreemptionNotice
 from schemas.heap import freeze_startup_heap
-from workers.api import NOTICE_PATH, RANK_PATH, decode_request, encode
+from workers.api import NOTICE_PATH, RANK_PATH
 from workers.runtime.config import WorkerConfig
 from workers.runtime.worker import ModelFailure, NotReady, OptionalShed, RequestError, Worker
+from workers.wire import (
+    CONTENT_TYPES,
+    JSON_TYPE,
+    MSGPACK_TYPE,
+    decode_rank_request,
+    encode_rank_response,
+    request_encoding,
+    response_encoding,
+)
 
 log = logging.getLogger("surplus.worker")
 
@@ -104,13 +115,20 @@ async def _recycle_connections(request: web.Request, handler: Handler) -> web.St
 async def _rank(request: web.Request) -> web.Response:
     worker = request.app[WORKER_KEY]
     limit = worker.config.max_body_bytes
+    declared = request.headers.get(hdrs.CONTENT_TYPE)
+    encoding = request_encoding(declared)
+    if encoding is None:
+        worker.metrics.requests.labels("bad_request").inc()
+        return _json_response(worker, 415, {
+            "error": f"RankRequest: content type {declared!r} is not one this endpoint reads; "
+                     f"send {JSON_TYPE} (the default) or {MSGPACK_TYPE}"})
     if request.content_length is not None and request.content_length > limit:
         worker.metrics.requests.labels("bad_request").inc()
         return _json_response(worker, 413, {"error": f"body of {request.content_length} bytes "
                                                      f"exceeds the {limit}-byte limit"})
     body = await request.read()
     try:
-        rank_request = decode_request(body, max_bytes=limit)
+        rank_request = decode_rank_request(body, encoding, max_bytes=limit)
     except ContractError as exc:
         worker.metrics.requests.labels("bad_request").inc()
         status = 413 if "exceeds the" in exc.reason else 400
@@ -128,7 +146,9 @@ async def _rank(request: web.Request) -> web.Response:
         return _json_response(worker, 503, {"error": str(exc)})
     except ModelFailure as exc:
         return _json_response(worker, 500, {"error": str(exc)})
-    return web.Response(body=encode(response), content_type="application/json")
+    answer = response_encoding(request.headers.get(hdrs.ACCEPT))
+    return web.Response(body=encode_rank_response(response, answer),
+                        content_type=CONTENT_TYPES[answer])
 
 
 async def _preempt(request: web.Request) -> web.Response:

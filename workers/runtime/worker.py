@@ -24,7 +24,7 @@ import numpy as np
 from schemas import signing
 from schemas.clock import wall_ms, wall_ms_fine
 from schemas.contract import ControlTargets, PreemptionNotice, WindowReport
-from workers.api import RankRequest, RankResponse, ServerState
+from workers.api import RankResponse, ServerState
 from workers.policy.admission import Admission, shed_priority
 from workers.policy.replica import NoticeOutcome, ReplicaPolicy
 from workers.policy.targets import EffectiveTargets, TargetState, TargetVerdict
@@ -40,6 +40,7 @@ from workers.runtime.config import WorkerConfig
 from workers.runtime.metrics import Snapshot, WorkerMetrics
 from workers.runtime.models import LoadedModel, load_model
 from workers.runtime.telemetry import Identity, LoadTotals, TelemetryWindow
+from workers.wire import ColumnarRequest, RequestBody
 
 #: How a preemption notice reached the worker.
 NoticePath = Literal["kafka", "http"]
@@ -160,8 +161,9 @@ class Worker:
 
     # -- requests --------------------------------------------------------------------------------
 
-    async def rank(self, req: RankRequest) -> RankResponse:
-        """Score the request's baseline candidates, and the optional ones that are allowed."""
+    async def rank(self, req: RequestBody) -> RankResponse:
+        """Score the request's baseline candidates, and the optional ones that are allowed
+        (the request decoded from JSON or msgpack: `workers.wire`)."""
         if self.model is None or not self.batcher.running or self.stopping:
             raise NotReady("the model is still loading" if self.model is None
                            else "the worker is shutting down")
@@ -176,7 +178,7 @@ class Worker:
         finally:
             self.in_flight -= 1
 
-    async def _serve_whole(self, req: RankRequest, dense: np.ndarray, sparse: np.ndarray,
+    async def _serve_whole(self, req: RequestBody, dense: np.ndarray, sparse: np.ndarray,
                            effective: EffectiveTargets, started: float) -> RankResponse:
         """SBM: the request is one unit of optional work, its base candidates done or not at
         all; its extra candidates are trimmed to what fits (`Admission.fit_whole`).
@@ -218,7 +220,7 @@ class Worker:
             scored=kept, optional_scored=kept - base_n, optional_shed=n - kept,
             shed_reason="overload" if kept < n else None, server=self.server_state())
 
-    async def _serve_split(self, req: RankRequest, dense: np.ndarray, sparse: np.ndarray,
+    async def _serve_split(self, req: RequestBody, dense: np.ndarray, sparse: np.ndarray,
                            effective: EffectiveTargets, started: float) -> RankResponse:
         """RMA: baseline candidates always scored; extra candidates only as allowed."""
         base_n = req.base_count
@@ -277,12 +279,21 @@ class Worker:
             shed_reason=shed_reason if optional_done < extra_n else None,
             server=self.server_state())
 
-    def _arrays(self, req: RankRequest) -> tuple[np.ndarray, np.ndarray]:
-        """Dense vector and sparse rows of the model's shape; RequestError names a bad field."""
+    def _arrays(self, req: RequestBody) -> tuple[np.ndarray, np.ndarray]:
+        """Dense vector and sparse rows of the model's shape; RequestError names a bad field.
+        A msgpack request's columns are already arrays (a cast at most); a JSON request's
+        candidates are gathered into them here."""
         cfg = self.config.model.config
         if len(req.dense) != cfg.num_dense:
             raise RequestError(f"`$.dense` has {len(req.dense)} values; the "
                                f"{self.config.model.name} model takes {cfg.num_dense}")
+        if isinstance(req, ColumnarRequest):
+            if req.sparse.shape[1] != cfg.num_sparse:
+                raise RequestError(f"`$.sparse` has {req.sparse.shape[1]} ids per candidate; "
+                                   f"the {self.config.model.name} model takes "
+                                   f"{cfg.num_sparse}")
+            return (req.dense.astype(np.float32, copy=False),
+                    req.sparse.astype(np.int64, copy=False))
         for i, candidate in enumerate(req.candidates):
             if len(candidate.sparse) != cfg.num_sparse:
                 raise RequestError(f"`$.candidates[{i}].sparse` has {len(candidate.sparse)} ids;"
