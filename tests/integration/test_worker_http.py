@@ -24,6 +24,8 @@ from tests.integration.worker_support import (
     tiny_config,
 )
 from workers.api import RANK_PATH, decode_response, encode
+from workers.client.client import RankingClient
+from workers.client.config import ClientConfig
 from workers.runtime.worker import Worker
 from workers.wire import (
     ACCEPT_MSGPACK,
@@ -342,3 +344,21 @@ async def test_oversized_msgpack_body_is_refused_with_413() -> None:
         status, _, raw = await post_as(client, encode_columnar_request(rank_request(200, 0)),
                                        MSGPACK_TYPE)
         assert status == 413 and "2048-byte limit" in json.loads(raw)["error"]
+
+
+async def test_the_ranking_client_gets_the_same_scores_from_the_worker_in_either_encoding(
+        running: Running) -> None:
+    worker, client = running
+    url = str(client.make_url("")).rstrip("/")
+    req = rank_request(5, 0, seed=3)
+    scores = {}
+    for encoding in ("msgpack", "json"):
+        config = ClientConfig(scope="eu1", baseline_urls=[url], encoding=encoding,
+                              holdout_fraction=0.0)
+        async with RankingClient(config) as ranking:
+            result = await ranking.rank(segment="s1", value=1.0, candidates=req.candidates,
+                                        base_count=5, dense=req.dense)
+        scores[encoding] = result.response.scores
+    np.testing.assert_allclose(scores["msgpack"], scores["json"], rtol=1e-6)
+    assert len(scores["msgpack"]) == 5
+    assert worker.metrics.requests.labels("ok")._value.get() == 2.0

@@ -21,13 +21,17 @@ async def rank_once() -> None:
 
     from schemas.clock import wall_ms
     from schemas.contract import ControlTargets, RmaTarget, SbmTarget
-    from workers.api import RANK_PATH, Candidate, RankResponse, ServerState, decode_request, encode
+    from workers.api import RANK_PATH, Candidate, RankResponse, ServerState, encode
     from workers.client.client import RankingClient
     from workers.client.config import ClientConfig
     from workers.policy.routing import RouterConfig
+    from workers.wire import MSGPACK_TYPE, decode_columnar_request
 
     async def handle(http: web.Request) -> web.Response:
-        request = decode_request(await http.read())
+        # The client's default body: msgpack, candidates as numpy columns (numpy is in
+        # surplus[client]).
+        assert http.headers["content-type"] == MSGPACK_TYPE, http.headers["content-type"]
+        request = decode_columnar_request(await http.read()).to_request()
         response = RankResponse(
             request_id=request.request_id, model="powerful",
             scores=[c.prior for c in request.candidates], scored=len(request.candidates),

@@ -11,9 +11,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from workers.api import RANK_PATH, RankResponse, ServerState, decode_request, encode
+from workers.api import RANK_PATH, RankResponse, ServerState, encode
 from workers.client.client import RankingClient
 from workers.client.config import ClientConfig
+from workers.wire import ColumnarRequest, decode_rank_request, request_encoding
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +32,9 @@ def test_readme_and_docs_show_the_same_client_block() -> None:
 @pytest.mark.parametrize("path", ["README.md", "docs/client.md"])
 async def test_the_client_block_ranks_a_request(path: str) -> None:
     async def handle(http: web.Request) -> web.Response:
-        request = decode_request(await http.read())
+        body = decode_rank_request(await http.read(),
+                                   request_encoding(http.headers.get("content-type")) or "json")
+        request = body.to_request() if isinstance(body, ColumnarRequest) else body
         response = RankResponse(
             request_id=request.request_id, model="baseline",
             scores=[c.prior for c in request.candidates], scored=len(request.candidates),

@@ -1,9 +1,10 @@
 """`RankingClient`: what a ranking service embeds to send its requests to Surplus workers.
 
 Per request it decides (no I/O, see `decision.py`) how many extra candidates to send and whether
-the powerful pool serves it, calls the worker over HTTP, and falls back to the baseline pool when
-the powerful call fails or runs out of its share of the deadline — so losing opportunistic
-capacity only ever costs optional work. It feeds every worker's load signals into client-side
+the powerful pool serves it, calls the worker over HTTP (`transport.py`: the next replica, the
+body in msgpack or JSON), and falls back to the baseline pool when the powerful call fails or
+runs out of its share of the deadline — so losing opportunistic capacity only ever costs
+optional work. It feeds every worker's load signals into client-side
 shedding, and publishes a decision record (RoutingOutcome v4: lever choices, the router's
 propensity, explored, holdout) per request, in batches, so the control plane can join them
 with the outcome labels that arrive later (`label`, or any labeller writing to the labels
@@ -21,19 +22,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import aiohttp
 import msgspec
 
 from schemas import kafka_clients
 from schemas.clock import wall_ms
-from schemas.codec import ContractError, encode_outcomes
 from schemas.codec import encode as encode_event
+from schemas.codec import encode_outcomes
 from schemas.contract import (
     SUPPLY_VERSION,
     ControlTargets,
@@ -45,18 +44,16 @@ from schemas.contract import (
 from schemas.kafka_clients import KafkaError, Producer
 from schemas.kafka_config import KafkaSettings
 from schemas.topics import scope_partition, spec
-from workers.api import RANK_PATH, Candidate, RankRequest, RankResponse, decode_response, encode
+from workers.api import Candidate, RankRequest, RankResponse
 from workers.client.config import ClientConfig
 from workers.client.decision import Decider, Decision, logged_propensity
 from workers.client.feed import MembershipFeed, TargetsFeed
+from workers.client.transport import RETRY_ON_ANOTHER_REPLICA, CallFailed, Transport
 from workers.policy.membership import Membership
 from workers.policy.routing import Model
 
 OutcomeValue = Callable[[RankRequest, RankResponse], float]
 VALUE_BOUND = 1e6
-#: Baseline call failures worth another replica: it was not reached ("connection"), it went
-#: away with the request in flight ("disconnected"), or it is not serving ("http_503").
-RETRY_ON_ANOTHER_REPLICA = frozenset({"connection", "disconnected", "http_503"})
 
 
 #: Served requests whose segment and model `label` still remembers (for local learning).
@@ -90,12 +87,6 @@ class RankResult(msgspec.Struct, frozen=True):
     latency_ms: float
 
 
-class _CallFailed(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
 class RankingClient:
     """Decides, calls the worker pools, falls back, sheds, learns and reports, per request.
 
@@ -127,22 +118,17 @@ class RankingClient:
         self.decider = Decider(config, signing_key)
         self._outcome_value = outcome_value
         self._clock = clock
-        pools = {"baseline": config.baseline_urls,
-                 "powerful": config.powerful_urls or ([] if config.membership
-                                                      else config.baseline_urls)}
-        #: The fixed rank URLs of each pool (all of them, or the fallback with membership).
-        self._fixed: dict[Model, tuple[str, ...]] = {
-            m: tuple(u.rstrip("/") + RANK_PATH for u in urls)  # type: ignore[misc]
-            for m, urls in pools.items()}
-        self._turn: dict[Model, Iterator[int]] = {m: itertools.count() for m in pools}  # type: ignore[misc]
         self.membership: Membership | None = None
         self._membership_feed: MembershipFeed | None = None
-        self._rank_urls: dict[tuple[str, ...], tuple[str, ...]] = {}
         if config.membership:
             self.membership = Membership(config.scope, config.membership_limits)
-        #: Replicas that refused or dropped a connection, skipped until this perf_counter time.
-        self._down_until: dict[str, float] = {}
-        self._session: aiohttp.ClientSession | None = None
+        pools: dict[Model, tuple[str, ...]] = {
+            "baseline": tuple(config.baseline_urls),
+            "powerful": tuple(config.powerful_urls or ([] if config.membership
+                                                       else config.baseline_urls))}
+        self.transport = Transport(pools, encoding=config.encoding,
+                                   replica_down_s=config.replica_down_s,
+                                   membership=self.membership, clock=clock)
         self._producer: Producer | None = None
         self._feed: TargetsFeed | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -161,8 +147,7 @@ class RankingClient:
         ``config.catch_up_timeout_s``) until the feed has read the targets topic to its end, so
         the first requests use targets. Without Kafka only the HTTP pool opens."""
         self._loop = asyncio.get_running_loop()
-        connector = aiohttp.TCPConnector(limit_per_host=self.config.max_connections)
-        self._session = aiohttp.ClientSession(connector=connector)
+        self.transport.open(self.config.max_connections)
         if self.kafka is None:
             return  # targets and membership, if any, come through apply_targets/_membership
         self._producer = kafka_clients.producer(self.kafka,
@@ -206,8 +191,7 @@ class RankingClient:
             await asyncio.to_thread(self._feed.stop)
         if self._membership_feed is not None:
             await asyncio.to_thread(self._membership_feed.stop)
-        if self._session is not None:
-            await self._session.close()
+        await self.transport.close()
         self.flush_decisions()
         if self._producer is not None:
             undelivered = await asyncio.to_thread(self._producer.flush, 5.0)
@@ -286,6 +270,9 @@ class RankingClient:
             one, and the latency.
         :raise RankingError: when the baseline call failed on every replica it could be
             retried on (the reason: the last failure's).
+        :raise ContractError: (a ValueError) when the candidates cannot travel as msgpack:
+            different numbers of sparse ids, or a value that is not a number; it names the
+            candidate.
         """
         started = time.perf_counter()
         base_count = min(base_count, len(candidates))
@@ -307,7 +294,7 @@ class RankingClient:
                 response = await self._call(
                     "powerful", msgspec.structs.replace(request, deadline_ms=budget_ms),
                     budget_ms / 1000.0)
-            except _CallFailed as failed:
+            except CallFailed as failed:
                 fell_back = failed.reason
                 self.decider.bump("fallback", failed.reason)
                 self.decider.bump("rma_shed", "fallback", decision.extra)
@@ -324,12 +311,12 @@ class RankingClient:
             request = msgspec.structs.replace(
                 request, candidates=request.candidates[:request.base_count],
                 deadline_ms=max(left_ms, 1.0))
-        replicas = max(1, len(self._pool_urls("baseline")))
+        replicas = max(1, len(self.transport.pool_urls("baseline")))
         for attempt in range(1, replicas + 1):
             try:
                 return await self._call("baseline", request,
                                         self.config.baseline_timeout_ms / 1000.0)
-            except _CallFailed as failed:
+            except CallFailed as failed:
                 if failed.reason in RETRY_ON_ANOTHER_REPLICA and attempt < replicas:
                     # Scoring has no side effects: a replica that died (or is draining) with
                     # the request in flight costs a retry on the next one, not the request.
@@ -339,76 +326,13 @@ class RankingClient:
                 raise RankingError(failed.reason) from None
         raise AssertionError("unreachable: the loop returns or raises")
 
-    def _pool_urls(self, model: Model) -> tuple[str, ...]:
-        """The rank URLs of a pool now: its live replicas with membership (the fixed list
-        while none is live), else the fixed list."""
-        if self.membership is not None:
-            live = self.membership.routable(model, self._clock())
-            if live:
-                urls = self._rank_urls.get(live)
-                if urls is None:
-                    if len(self._rank_urls) > 64:
-                        self._rank_urls.clear()
-                    urls = self._rank_urls[live] = tuple(e + RANK_PATH for e in live)
-                return urls
-        return self._fixed[model]
-
-    def _next_url(self, model: Model) -> str | None:
-        """The next replica of a pool in turn (None: the pool has none), skipping ones that
-        just failed to connect or said they are not ready (while another is left): a dead,
-        starting or draining replica costs one failed call per `replica_down_s`."""
-        urls = self._pool_urls(model)
-        if not urls:
-            return None
-        turn = next(self._turn[model])
-        url = urls[turn % len(urls)]
-        if not self._down_until:
-            return url
-        now = time.perf_counter()
-        for step in range(1, len(urls) + 1):
-            if self._down_until.get(url, 0.0) <= now:
-                return url
-            url = urls[(turn + step) % len(urls)]
-        return url
-
     async def _call(self, model: Model, request: RankRequest, timeout_s: float) -> RankResponse:
-        """POST one request to the next URL of a pool; any failure feeds client-side shedding."""
-        assert self._session is not None, "RankingClient.start() was not awaited"
-        url = self._next_url(model)
-        if url is None:
-            # No live replica of this pool (membership): a failed call, felt by shedding.
-            self.decider.observe(None, self._clock(), error="no_replica", model=model)
-            raise _CallFailed("no_replica")
+        """One call to the next replica of a pool; what came of it feeds client-side shedding."""
         try:
-            async with self._session.post(
-                    url, data=encode(request), headers={"content-type": "application/json"},
-                    timeout=aiohttp.ClientTimeout(total=timeout_s)) as http:
-                body = await http.read()
-                if http.status != 200:
-                    if http.status == 503 and model == "baseline":
-                        # Not ready (starting, draining): ask the others for a while.
-                        self._down_until[url] = time.perf_counter() + self.config.replica_down_s
-                    raise _CallFailed(f"http_{http.status}")
-            response = decode_response(body)
-            if response.request_id != request.request_id:
-                raise _CallFailed("wrong_request_id")
-        except _CallFailed as failed:
+            response = await self.transport.call(model, request, timeout_s)
+        except CallFailed as failed:
             self.decider.observe(None, self._clock(), error=failed.reason, model=model)
             raise
-        except TimeoutError:
-            self.decider.observe(None, self._clock(), error="timeout", model=model)
-            raise _CallFailed("timeout") from None
-        except ContractError:
-            self.decider.observe(None, self._clock(), error="bad_response", model=model)
-            raise _CallFailed("bad_response") from None
-        except aiohttp.ClientError as exc:
-            reason = ("disconnected" if isinstance(exc, aiohttp.ServerDisconnectedError)
-                      else "connection" if isinstance(exc, aiohttp.ClientConnectionError)
-                      else "client")
-            if reason != "client":
-                self._down_until[url] = time.perf_counter() + self.config.replica_down_s
-            self.decider.observe(None, self._clock(), error=reason, model=model)
-            raise _CallFailed(reason) from None
         self.decider.observe(response.server, self._clock(), model=model)
         return response
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
@@ -55,6 +55,11 @@ class ClientConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     #: A replica that refused a connection or dropped one mid-request is skipped this long
     #: (while another replica of its pool is left).
     replica_down_s: Annotated[float, Meta(ge=0.0, le=600.0)] = 1.0
+    #: How requests travel to the workers: ``msgpack`` (candidates as raw numpy columns; a
+    #: worker decodes 2,000 in tens of microseconds, about 40 times less than JSON, from a body
+    #: under half the size) or ``json`` (readable on the wire, what curl sends). Either way
+    #: the answer is read in whichever of the two the worker sent.
+    encoding: Literal["msgpack", "json"] = "msgpack"
     #: Connections per worker host.
     max_connections: Annotated[int, Meta(ge=1, le=10_000)] = 100
     #: Seconds `start()` waits to read the targets topic up to its end (then serves baseline only

@@ -1,5 +1,6 @@
 """A small worker speaking the ranking contract over real HTTP, for client tests: it scores by
-prior and has a knob for each way a real worker can misbehave (slow, failing, shedding)."""
+prior and has a knob for each way a real worker can misbehave (slow, failing, shedding). It
+reads JSON and msgpack bodies and answers in what Accept asks for, as the real one does."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from schemas.contract import ModelKind as Model
-from workers.api import (
-    RANK_PATH,
-    RankRequest,
-    RankResponse,
-    ServerState,
-    decode_request,
-    encode,
+from workers.api import RANK_PATH, RankRequest, RankResponse, ServerState
+from workers.wire import (
+    CONTENT_TYPES,
+    ColumnarRequest,
+    Encoding,
+    decode_rank_request,
+    encode_rank_response,
+    request_encoding,
+    response_encoding,
 )
 
 
@@ -29,11 +32,20 @@ class Worker:
     status: int = 200
     shedding_level: int = 0
     shed_optional: bool = False
+    #: Answer in this encoding whatever Accept asks for (None: as Accept asks).
+    answer: Encoding | None = None
     seen: list[RankRequest] = field(default_factory=list)
+    #: The encoding of each request body seen, and the one each answer was asked in.
+    encodings: list[tuple[Encoding, Encoding]] = field(default_factory=list)
 
     async def handle(self, http: web.Request) -> web.Response:
-        request = decode_request(await http.read())
+        encoding = request_encoding(http.headers.get("content-type"))
+        assert encoding is not None, http.headers.get("content-type")
+        body = decode_rank_request(await http.read(), encoding)
+        request = body.to_request() if isinstance(body, ColumnarRequest) else body
+        answer = self.answer or response_encoding(http.headers.get("accept"))
         self.seen.append(request)
+        self.encodings.append((encoding, answer))
         await asyncio.sleep(self.delay_s)
         if self.status != 200:
             return web.Response(status=self.status)
@@ -47,7 +59,8 @@ class Worker:
             shed_reason="overload" if self.shed_optional else None,
             server=ServerState(queue_delay_ms=0.5, in_flight=1,
                                shedding_level=self.shedding_level))
-        return web.Response(body=encode(response), content_type="application/json")
+        return web.Response(body=encode_rank_response(response, answer),
+                            content_type=CONTENT_TYPES[answer])
 
 
 async def serve(worker: Worker) -> TestServer:

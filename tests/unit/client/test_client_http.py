@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import msgspec
 import pytest
 
+from schemas.codec import ContractError
 from tests.unit.client.contract_worker import Worker, serve
 from tests.unit.policy.helpers import targets
 from workers.api import Candidate
@@ -131,3 +133,38 @@ async def test_worker_load_signals_and_server_sheds_reach_the_counters(pools: Po
     assert summary["decisions"]["server_shed"] == {"overload": 4}
     assert summary["client_shed"]["powerful"]["shedding_level_3"] == 1
     assert summary["allowance"]["powerful"] == pytest.approx(0.2, abs=0.01)
+
+
+async def test_requests_travel_as_msgpack_by_default_and_as_json_when_configured(
+        pools: Pools) -> None:
+    _, powerful, base_url, power_url = pools
+    async with _client(base_url, power_url) as client:
+        await asyncio.sleep(0.01)
+        packed = await _rank(client)
+    async with _client(base_url, power_url, encoding="json") as client:
+        await asyncio.sleep(0.01)
+        plain = await _rank(client)
+    assert powerful.encodings == [("msgpack", "msgpack"), ("json", "json")]
+    assert powerful.seen[0] == msgspec.structs.replace(powerful.seen[1],
+                                                       request_id=powerful.seen[0].request_id)
+    assert packed.response.scores == plain.response.scores == [c.prior for c in CANDIDATES[:7]]
+
+
+async def test_a_json_answer_to_a_msgpack_request_is_read(pools: Pools) -> None:
+    _, powerful, base_url, power_url = pools
+    powerful.answer = "json"
+    async with _client(base_url, power_url) as client:
+        await asyncio.sleep(0.01)
+        result = await _rank(client)
+    assert powerful.encodings == [("msgpack", "json")]
+    assert result.response.model == "powerful" and result.fell_back is None
+
+
+async def test_candidates_msgpack_cannot_carry_are_refused_by_name_before_any_call(
+        pools: Pools) -> None:
+    baseline, powerful, base_url, power_url = pools
+    ragged = [*CANDIDATES[:4], Candidate(id=4, sparse=[4, 4]), *CANDIDATES[5:]]
+    async with _client(base_url, power_url) as client:
+        with pytest.raises(ContractError, match=r"`\$\.candidates\[4\]\.sparse` has 2 ids"):
+            await client.rank(segment="s", value=2.0, candidates=ragged, base_count=3)
+    assert not baseline.seen and not powerful.seen

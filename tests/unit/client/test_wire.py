@@ -148,7 +148,8 @@ def test_malformed_msgpack_body_is_refused_naming_the_field(
 def test_bodies_that_are_not_msgpack_or_too_large_are_refused_before_columns() -> None:
     valid = encode_columnar_request(_request())
     for payload, named in ((b"\xc1", "malformed msgpack"), (valid[:-5], "malformed msgpack"),
-                           (b'{"request_id": "r1"}', "looks like JSON; declare it as application/json"),
+                           (b'{"request_id": "r1"}', "looks like JSON; declare it as "
+                                                     "application/json"),
                            (msgspec.msgpack.encode([1, 2]), "Expected `object`, got `array`")):
         with pytest.raises(ContractError, match="RankRequest: ") as err:
             decode_columnar_request(payload)
