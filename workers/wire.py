@@ -211,6 +211,35 @@ class ColumnarRequest:
 #: A decoded ranking request, whichever encoding it came in: what a worker scores.
 RequestBody = RankRequest | ColumnarRequest
 
+
+class ShapeMismatch(ValueError):
+    """A request the contract accepts but the model cannot take (a worker answers 422); the
+    message names the field and what the model takes."""
+
+
+def model_inputs(request: RequestBody, num_dense: int, num_sparse: int,
+                 model: str) -> tuple[np.ndarray, np.ndarray]:
+    """A request's dense vector as float32[num_dense] and its candidates' sparse ids as
+    int64[n, num_sparse], what the `model` named takes. From msgpack columns this is a cast
+    at most; from JSON it walks every candidate's list, the per-candidate cost the columns
+    avoid (`surplus bench transport` times both, decode included)."""
+    if len(request.dense) != num_dense:
+        raise ShapeMismatch(f"`$.dense` has {len(request.dense)} values; the {model} model "
+                            f"takes {num_dense}")
+    if isinstance(request, ColumnarRequest):
+        if request.sparse.shape[1] != num_sparse:
+            raise ShapeMismatch(f"`$.sparse` has {request.sparse.shape[1]} ids per candidate; "
+                                f"the {model} model takes {num_sparse}")
+        return (request.dense.astype(np.float32, copy=False),
+                request.sparse.astype(np.int64, copy=False))
+    for i, candidate in enumerate(request.candidates):
+        if len(candidate.sparse) != num_sparse:
+            raise ShapeMismatch(f"`$.candidates[{i}].sparse` has {len(candidate.sparse)} ids; "
+                                f"the {model} model takes {num_sparse}")
+    dense = np.asarray(request.dense, dtype=np.float32)
+    sparse = np.asarray([c.sparse for c in request.candidates], dtype=np.int64)
+    return dense, sparse.reshape(len(request.candidates), num_sparse)
+
 _msgpack_request_decoder = msgspec.msgpack.Decoder(MsgpackRankRequest, strict=True)
 _msgpack_encoder = msgspec.msgpack.Encoder()
 
@@ -361,7 +390,8 @@ def decode_rank_response(payload: bytes | bytearray | memoryview, content_type: 
 
 __all__ = [
     "ACCEPT_MSGPACK", "CONTENT_TYPES", "JSON_TYPE", "MSGPACK_TYPE", "Array", "ColumnarRequest",
-    "Encoding", "MsgpackRankRequest", "RequestBody", "decode_columnar_request",
+    "Encoding", "MsgpackRankRequest", "RequestBody", "ShapeMismatch", "decode_columnar_request",
     "decode_rank_request", "decode_rank_response", "encode_columnar_request",
-    "encode_rank_request", "encode_rank_response", "request_encoding", "response_encoding",
+    "encode_rank_request", "encode_rank_response", "model_inputs", "request_encoding",
+    "response_encoding",
 ]

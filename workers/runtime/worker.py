@@ -40,7 +40,7 @@ from workers.runtime.config import WorkerConfig
 from workers.runtime.metrics import Snapshot, WorkerMetrics
 from workers.runtime.models import LoadedModel, load_model
 from workers.runtime.telemetry import Identity, LoadTotals, TelemetryWindow
-from workers.wire import ColumnarRequest, RequestBody
+from workers.wire import RequestBody, ShapeMismatch, model_inputs
 
 #: How a preemption notice reached the worker.
 NoticePath = Literal["kafka", "http"]
@@ -280,28 +280,13 @@ class Worker:
             server=self.server_state())
 
     def _arrays(self, req: RequestBody) -> tuple[np.ndarray, np.ndarray]:
-        """Dense vector and sparse rows of the model's shape; RequestError names a bad field.
-        A msgpack request's columns are already arrays (a cast at most); a JSON request's
-        candidates are gathered into them here."""
+        """Dense vector and sparse rows of the model's shape (`workers.wire.model_inputs`);
+        RequestError names a bad field."""
         cfg = self.config.model.config
-        if len(req.dense) != cfg.num_dense:
-            raise RequestError(f"`$.dense` has {len(req.dense)} values; the "
-                               f"{self.config.model.name} model takes {cfg.num_dense}")
-        if isinstance(req, ColumnarRequest):
-            if req.sparse.shape[1] != cfg.num_sparse:
-                raise RequestError(f"`$.sparse` has {req.sparse.shape[1]} ids per candidate; "
-                                   f"the {self.config.model.name} model takes "
-                                   f"{cfg.num_sparse}")
-            return (req.dense.astype(np.float32, copy=False),
-                    req.sparse.astype(np.int64, copy=False))
-        for i, candidate in enumerate(req.candidates):
-            if len(candidate.sparse) != cfg.num_sparse:
-                raise RequestError(f"`$.candidates[{i}].sparse` has {len(candidate.sparse)} ids;"
-                                   f" the {self.config.model.name} model takes "
-                                   f"{cfg.num_sparse}")
-        dense = np.asarray(req.dense, dtype=np.float32)
-        sparse = np.asarray([c.sparse for c in req.candidates], dtype=np.int64)
-        return dense, sparse.reshape(len(req.candidates), cfg.num_sparse)
+        try:
+            return model_inputs(req, cfg.num_dense, cfg.num_sparse, self.config.model.name)
+        except ShapeMismatch as exc:
+            raise RequestError(str(exc)) from None
 
     def server_state(self) -> ServerState:
         state = self.batcher.state()

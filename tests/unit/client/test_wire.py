@@ -5,6 +5,7 @@ and Accept."""
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -26,11 +27,13 @@ from workers.wire import (
     Array,
     ColumnarRequest,
     MsgpackRankRequest,
+    ShapeMismatch,
     decode_columnar_request,
     decode_rank_request,
     decode_rank_response,
     encode_columnar_request,
     encode_rank_response,
+    model_inputs,
     request_encoding,
     response_encoding,
 )
@@ -249,3 +252,25 @@ def test_either_encoding_decodes_to_what_a_worker_scores() -> None:
     as_msgpack = decode_rank_request(encode_columnar_request(request), "msgpack")
     assert as_json == request
     assert isinstance(as_msgpack, ColumnarRequest) and as_msgpack.to_request() == request
+
+
+def test_both_encodings_give_the_model_the_same_arrays() -> None:
+    request = _request(n=6, width=3)
+    from_json = model_inputs(request, 4, 3, "baseline")
+    columns = decode_columnar_request(encode_columnar_request(request))
+    from_msgpack = model_inputs(columns, 4, 3, "baseline")
+    for a, b in zip(from_json, from_msgpack, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+    assert from_msgpack[0].dtype == np.float32 and from_msgpack[1].dtype == np.int64
+
+
+@pytest.mark.parametrize(("num_dense", "num_sparse", "named"), [
+    (5, 3, "`$.dense` has 4 values; the baseline model takes 5"),
+    (4, 2, "ids per candidate; the baseline model takes 2"),
+])
+def test_a_request_the_model_cannot_take_is_refused_naming_the_field(
+        num_dense: int, num_sparse: int, named: str) -> None:
+    columns = decode_columnar_request(encode_columnar_request(_request()))
+    with pytest.raises(ShapeMismatch, match=re.escape(named)):
+        model_inputs(columns, num_dense, num_sparse, "baseline")
