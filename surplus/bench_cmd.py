@@ -1,7 +1,8 @@
 """`surplus bench [NAME...]`: benchmarks in bench/, one JSON object each, or all into a table.
 
-`surplus bench shed` (or client, batching, ingest, replay) prints that benchmark's JSON object;
-`surplus bench` runs all of them and writes one table (--out/bench.json).
+`surplus bench shed` (or client, batching, ingest, replay, join, transport) prints that
+benchmark's JSON object; `surplus bench` runs all of them and writes one table
+(--out/bench.json).
 
 Each benchmark runs in a child process (``python -c`` calling its ``run(...)``) from the
 repository root: a fresh interpreter per benchmark, so torch threads, event loops and Faust
@@ -52,6 +53,8 @@ BENCHES = (
           target=">= 20000 reports/s and ratio >= 0.5"),
     Bench("join", "join", {"labels": 200_000}, metric="labels_per_s",
           target=">= 50000 labels/s"),
+    Bench("transport", "transport", {"candidates": 2000}, metric="json_vs_msgpack_decode",
+          target=">= 5x cheaper per candidate"),
 )
 
 
@@ -101,7 +104,8 @@ def run_one(bench: Bench, bootstrap: str | None, timeout_s: float) -> dict[str, 
 
 def bench(
     names: Annotated[list[str] | None, typer.Argument(
-        help="Benchmarks to run: client, shed, batching, ingest, replay, join (default: all).")]
+        help="Benchmarks to run: client, shed, batching, ingest, replay, join, transport "
+             "(default: all).")]
     = None,
     out: Annotated[Path, typer.Option(help="Directory for bench.json.")] = Path("out/bench"),
     timeout: Annotated[float, typer.Option(help="Seconds each benchmark may take.")] = 900.0,
@@ -111,8 +115,9 @@ def bench(
 ) -> None:
     """Run benchmarks: one prints its JSON object; all write one table (--out/bench.json).
 
-    Client decision, preemption notice to shed, dynamic batching, control-plane ingest and
-    offline replay; exits 1 if a benchmark failed to run.
+    Client decision, preemption notice to shed, dynamic batching, control-plane ingest,
+    offline replay, the label join, and the ranking request's decode in msgpack against JSON
+    (transport); exits 1 if a benchmark failed to run.
     """
     from bench.common import broker
 
