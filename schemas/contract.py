@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Literal, get_args
 
 import msgspec
-from msgspec import Meta, Struct
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 SCHEMA_VERSION = 2
 #: Versions a reader accepts. v2 added measured work to WindowReport and ``limited_by`` to the
@@ -26,11 +26,16 @@ SCHEMA_VERSION = 2
 #: (`POWERFUL_EXTRA_VERSION`), so an older reader refuses just those, as baseline only.
 #: v6 added to RoutingOutcome the extra candidates the caller offered (``available``), so
 #: the control plane learns how many a target can use at all: records that carry it are v6.
-READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5, 6})
+#: v7 added the replica a CapacityEvent speaks for (``replica``): a capacity agent grants its
+#: own replica's share under its own lease. Only such events are v7 (`REPLICA_GRANT_VERSION`),
+#: so an older control plane refuses them (it would read one replica's share as the whole
+#: pool's) and reads the scheduler's pool-wide grants as before.
+READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7})
 OPERATOR_VERSION = 3
 DECISION_VERSION = 4
 POWERFUL_EXTRA_VERSION = 5
 SUPPLY_VERSION = 6
+REPLICA_GRANT_VERSION = 7
 
 NonNegInt = Annotated[int, Meta(ge=0)]
 NonNegFloat = Annotated[float, Meta(ge=0.0)]
@@ -111,9 +116,14 @@ class WindowReport(Event, frozen=True, kw_only=True):
 
 
 class CapacityEvent(Event, frozen=True, kw_only=True):
-    """The scheduler grants or revokes opportunistic units (capacity topic, keyed by region).
+    """Opportunistic units granted or revoked (capacity topic, keyed by region).
 
-    A grant holds until `expires_at_ms` unless renewed by another grant of the same `pool_id`.
+    Without ``replica`` it is a pool-wide statement (a scheduler's): a grant sets the pool's
+    units and holds until ``expires_at_ms`` unless renewed by another grant of the same
+    ``pool_id``; a revoke drops the whole pool, its replicas' own grants included. With
+    ``replica`` (v7) it is one replica's share, announced by the capacity agent beside it: the
+    grant holds under its own lease (renewed by that replica's next grant) and adds to the
+    pool's other grants; its revoke drops that share alone.
     """
 
     event_id: Name
@@ -125,6 +135,16 @@ class CapacityEvent(Event, frozen=True, kw_only=True):
     accelerator_units: NonNegFloat = 0.0
     cpu_units: NonNegFloat = 0.0
     expires_at_ms: TimestampMs | None = None
+    replica: Name | UnsetType = UNSET
+    """v7: the replica (worker id) whose share this is; left out of the encoding when unset,
+    so a pool-wide event is written exactly as before v7."""
+
+    def __post_init__(self) -> None:
+        if self.replica is not UNSET and self.v < REPLICA_GRANT_VERSION:
+            raise ValueError(f"`replica` is a v{REPLICA_GRANT_VERSION} field: an event that "
+                             f"names one is written as v{REPLICA_GRANT_VERSION}, so an older "
+                             "reader refuses it rather than read one replica's share as the "
+                             "pool's")
 
 
 class PreemptionNotice(Event, frozen=True, kw_only=True):
@@ -368,8 +388,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 
 __all__ = [
     "DECISION_VERSION", "EVENT_TYPES", "LIMIT_REASONS", "OPERATOR_VERSION",
-    "POWERFUL_EXTRA_VERSION", "READABLE_VERSIONS", "SCHEMA_VERSION", "SHED_REASONS",
-    "SUPPLY_VERSION", "CapacityEvent", "ControlTargets", "DeadLetter", "Event",
+    "POWERFUL_EXTRA_VERSION", "READABLE_VERSIONS", "REPLICA_GRANT_VERSION", "SCHEMA_VERSION",
+    "SHED_REASONS", "SUPPLY_VERSION", "CapacityEvent", "ControlTargets", "DeadLetter", "Event",
     "LatencySketch", "LiftEstimate", "LiftReport", "LimitReason", "ModelKind",
     "OperatorOverride", "OutcomeLabel", "PreemptionNotice", "ReplicaAnnouncement",
     "ReplicaState", "RmaTarget", "RoutingOutcome", "SbmTarget", "SegmentPriority", "ShedReason",

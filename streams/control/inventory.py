@@ -1,9 +1,16 @@
 """Pool inventory: how much opportunistic capacity is ours right now, by region and accelerator.
 
-The scheduler grants capacity per pool id and renews the grant before ``expires_at_ms``; a
+A scheduler grants capacity per pool id and renews the grant before ``expires_at_ms``; a
 grant that is not renewed lapses on its own, so a silent scheduler means *less* optional work,
 never more. A revoke drops the grant. A preemption notice drops the reclaimed share at once,
 ahead of its deadline: the control plane must stop planning on capacity that is leaving.
+
+A capacity agent beside one replica grants that replica's share alone (a CapacityEvent naming
+its ``replica``), under its own lease: a pool's capacity is its pool-wide grant plus the live
+grants of its replicas, so each agent renews, revokes and lapses its own share without
+knowing of the others. A pool-wide revoke or notice drops every share of the pool; a notice
+naming replicas drops their own grants and takes any units it carries beyond those off the
+pool-wide grant.
 
 Ordering across topics is not guaranteed (capacity and preemption are separate topics), so a
 preemption leaves a tombstone: a grant for that pool stamped no later than the notice is stale
@@ -30,10 +37,14 @@ class Grant(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     """None: holds until revoked or preempted (the contract's meaning of a grant without it)."""
 
 
-class InventoryState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class InventoryState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True,
+                     omit_defaults=True):
     grants: dict[str, Grant] = {}
     preempted_ms: dict[str, int] = {}
     """pool id -> ts of the latest preemption notice (tombstone against stale grants)."""
+    replica_grants: dict[str, dict[str, Grant]] = {}
+    """pool id -> replica id -> that replica's own grant (left out when empty, so a control
+    plane without replica grants writes the state an older one reads)."""
 
 
 class CapacityVector(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -55,27 +66,38 @@ class CapacityVector(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
 
 
 class PoolInventory:
-    """Grants keyed by pool id; ``available`` sums the live ones of a region."""
+    """Grants keyed by pool id (and by replica within it); ``available`` sums the live ones
+    of a region."""
 
     def __init__(self, state: InventoryState | None = None, *,
                  tombstone_ms: int = 600_000) -> None:
         state = state or InventoryState()
         self._grants: dict[str, Grant] = dict(state.grants)
+        self._replicas: dict[str, dict[str, Grant]] = {p: dict(r) for p, r
+                                                      in state.replica_grants.items()}
         self._preempted: dict[str, int] = dict(state.preempted_ms)
         self.tombstone_ms = tombstone_ms
 
     def apply(self, event: CapacityEvent) -> bool:
-        """Apply a grant or revoke; False when a grant was stale (older than a preemption)."""
+        """Apply a grant or revoke; False when a grant was stale (older than a preemption, or
+        than the grant it would replace)."""
+        replica = event.replica if isinstance(event.replica, str) else None
         if event.kind == "revoke":
-            self._grants.pop(event.pool_id, None)
+            if replica is None:
+                self._grants.pop(event.pool_id, None)
+                self._replicas.pop(event.pool_id, None)
+            else:
+                self._drop_replicas(event.pool_id, [replica])
             return True
         tombstone = self._preempted.get(event.pool_id)
         if tombstone is not None and event.ts_ms <= tombstone:
             return False
-        current = self._grants.get(event.pool_id)
+        held = self._grants if replica is None else self._replicas.setdefault(event.pool_id, {})
+        key = event.pool_id if replica is None else replica
+        current = held.get(key)
         if current is not None and event.ts_ms < current.granted_ms:
             return False
-        self._grants[event.pool_id] = Grant(
+        held[key] = Grant(
             region=event.region, accelerator=event.accelerator,
             accelerator_units=event.accelerator_units, cpu_units=event.cpu_units,
             granted_ms=event.ts_ms, expires_at_ms=event.expires_at_ms)
@@ -84,34 +106,60 @@ class PoolInventory:
     def preempt(self, notice: PreemptionNotice) -> None:
         """Remove the reclaimed share now.
 
-        With replicas named and units given, those units are subtracted from the pool's grant.
-        An empty replica list means the whole pool. Replicas named *without* units cannot be
-        priced, so the whole pool is dropped: overestimating a loss only costs optional work.
+        An empty replica list means the whole pool: its grant and every replica's. A named
+        replica that granted its own share loses that grant (priced by it). Units the notice
+        carries beyond those grants are subtracted from the pool-wide grant. Named replicas
+        that hold no grant of their own, in a notice *without* units, cannot be priced, so the
+        pool-wide grant is dropped: overestimating a loss only costs optional work.
         """
         previous = self._preempted.get(notice.pool_id, -1)
         self._preempted[notice.pool_id] = max(previous, notice.ts_ms)
+        if not notice.replicas:
+            self._grants.pop(notice.pool_id, None)
+            self._replicas.pop(notice.pool_id, None)
+            return
+        own = self._replicas.get(notice.pool_id, {})
+        unpriced = any(r not in own for r in notice.replicas)
+        accel_priced, cpu_priced = self._drop_replicas(notice.pool_id, notice.replicas)
         grant = self._grants.get(notice.pool_id)
         if grant is None:
             return
-        partial = bool(notice.replicas) and (notice.accelerator_units > 0
-                                             or notice.cpu_units > 0)
-        if not partial:
-            del self._grants[notice.pool_id]
+        if notice.accelerator_units <= 0 and notice.cpu_units <= 0:
+            if unpriced:
+                del self._grants[notice.pool_id]
             return
-        accel = max(0.0, grant.accelerator_units - notice.accelerator_units)
-        cpu = max(0.0, grant.cpu_units - notice.cpu_units)
+        accel = grant.accelerator_units - max(0.0, notice.accelerator_units - accel_priced)
+        cpu = grant.cpu_units - max(0.0, notice.cpu_units - cpu_priced)
         if accel <= 0.0 and cpu <= 0.0:
             del self._grants[notice.pool_id]
         else:
             self._grants[notice.pool_id] = msgspec.structs.replace(
-                grant, accelerator_units=accel, cpu_units=cpu)
+                grant, accelerator_units=max(0.0, accel), cpu_units=max(0.0, cpu))
+
+    def _drop_replicas(self, pool_id: str, replicas: list[str]) -> tuple[float, float]:
+        """Drop these replicas' own grants of ``pool_id``; the units they held."""
+        own = self._replicas.get(pool_id)
+        if not own:
+            return 0.0, 0.0
+        dropped = [own.pop(r) for r in replicas if r in own]
+        if not own:
+            del self._replicas[pool_id]
+        return (sum(g.accelerator_units for g in dropped), sum(g.cpu_units for g in dropped))
 
     def expire(self, now_ms: int) -> list[str]:
-        """Drop lapsed grants and old tombstones; returns the pool ids whose grant lapsed."""
-        lapsed = sorted(pool for pool, grant in self._grants.items()
-                        if grant.expires_at_ms is not None and grant.expires_at_ms <= now_ms)
+        """Drop lapsed grants and old tombstones; returns the pool ids whose pool-wide grant
+        lapsed, and ``pool id#replica`` for each replica's grant that did."""
+        lapsed = sorted(pool for pool, grant in self._grants.items() if _lapsed(grant, now_ms))
         for pool in lapsed:
             del self._grants[pool]
+        for pool in sorted(self._replicas):
+            own = self._replicas[pool]
+            gone = sorted(r for r, grant in own.items() if _lapsed(grant, now_ms))
+            for replica in gone:
+                del own[replica]
+                lapsed.append(f"{pool}#{replica}")
+            if not own:
+                del self._replicas[pool]
         for pool in [p for p, ts in self._preempted.items() if ts < now_ms - self.tombstone_ms]:
             del self._preempted[pool]
         return lapsed
@@ -123,11 +171,8 @@ class PoolInventory:
         cpu = 0.0
         accel: dict[str, float] = {}
         pinned: dict[str, dict[str, float]] = {}
-        for pool in sorted(self._grants):
-            grant = self._grants[pool]
-            if grant.region != region:
-                continue
-            if grant.expires_at_ms is not None and grant.expires_at_ms <= now_ms:
+        for pool, grant in self._live():
+            if grant.region != region or _lapsed(grant, now_ms):
                 continue
             cpu += grant.cpu_units
             if grant.accelerator_units > 0:
@@ -141,12 +186,27 @@ class PoolInventory:
         return CapacityVector(cpu_units=cpu, accel={k: accel[k] for k in sorted(accel)},
                               pinned={m: dict(sorted(pinned[m].items())) for m in sorted(pinned)})
 
+    def _live(self) -> list[tuple[str, Grant]]:
+        """Every grant held, pool-wide and per replica, in a fixed order (pool id, then the
+        pool-wide grant, then replicas by id), so sums are the same float in every process."""
+        held = [(pool, "", grant) for pool, grant in self._grants.items()]
+        held += [(pool, replica, grant) for pool, own in self._replicas.items()
+                 for replica, grant in own.items()]
+        return [(pool, grant) for pool, _, grant in sorted(held, key=lambda h: (h[0], h[1]))]
+
     def grant(self, pool_id: str) -> Grant | None:
+        """The pool-wide grant of ``pool_id`` (None: none; its replicas may hold their own)."""
         return self._grants.get(pool_id)
 
+    def replica_grants(self, pool_id: str) -> dict[str, Grant]:
+        """The grants ``pool_id``'s replicas hold of their own, by replica id."""
+        return dict(sorted(self._replicas.get(pool_id, {}).items()))
+
     def knows(self, pool_id: str) -> bool:
-        """Holds a grant, or was reclaimed within the tombstone's time (it may come back)."""
-        return pool_id in self._grants or pool_id in self._preempted
+        """Holds a grant (pool-wide or a replica's), or was reclaimed within the tombstone's
+        time (it may come back)."""
+        return (pool_id in self._grants or pool_id in self._replicas
+                or pool_id in self._preempted)
 
     def serving(self, stats: list[WindowStats], last: Mapping[str, str]) -> dict[str, str]:
         """Which model each lent pool's replicas serve (``last``: the previous answer), when
@@ -170,5 +230,12 @@ class PoolInventory:
 
     @property
     def state(self) -> InventoryState:
-        return InventoryState(grants={p: self._grants[p] for p in sorted(self._grants)},
-                              preempted_ms={p: self._preempted[p] for p in sorted(self._preempted)})
+        return InventoryState(
+            grants={p: self._grants[p] for p in sorted(self._grants)},
+            preempted_ms={p: self._preempted[p] for p in sorted(self._preempted)},
+            replica_grants={p: dict(sorted(self._replicas[p].items()))
+                            for p in sorted(self._replicas)})
+
+
+def _lapsed(grant: Grant, now_ms: int) -> bool:
+    return grant.expires_at_ms is not None and grant.expires_at_ms <= now_ms

@@ -8,6 +8,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from schemas.contract import (
+    REPLICA_GRANT_VERSION,
     CapacityEvent,
     LatencySketch,
     PreemptionNotice,
@@ -55,12 +56,14 @@ def report(pool_id: str = RANK_POOL, *, worker: str = "w1", p99_ms: float = 20.0
 
 def grant(pool_id: str = RANK_POOL, *, accel: float = 4.0, cpu: float = 16.0, ts_ms: int = 0,
           expires_at_ms: int | None = None, accelerator: str | None = None,
-          kind: str = "grant") -> CapacityEvent:
+          kind: str = "grant", replica: str | None = None) -> CapacityEvent:
+    """A pool-wide grant or revoke; with ``replica``, that replica's own (v7)."""
     region, _, _, acc, _ = pool_id.split("/")
+    mine = {} if replica is None else {"v": REPLICA_GRANT_VERSION, "replica": replica}
     return CapacityEvent(event_id=f"c-{pool_id}-{ts_ms}", ts_ms=ts_ms, region=region,
                          pool_id=pool_id, kind=kind,  # type: ignore[arg-type]
                          accelerator=accelerator or acc, accelerator_units=accel, cpu_units=cpu,
-                         expires_at_ms=expires_at_ms)
+                         expires_at_ms=expires_at_ms, **mine)  # type: ignore[arg-type]
 
 
 def notice(pool_id: str = RANK_POOL, *, ts_ms: int = 0, replicas: tuple[str, ...] = (),

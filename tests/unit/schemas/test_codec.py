@@ -63,8 +63,8 @@ def test_unknown_field_is_rejected_by_name() -> None:
 
 
 def test_unknown_schema_version_is_named_even_when_fields_changed() -> None:
-    with pytest.raises(ContractError, match="unknown schema version 7"):
-        decode(WindowReport, _report_json(v=7))
+    with pytest.raises(ContractError, match="unknown schema version 8"):
+        decode(WindowReport, _report_json(v=8))
     with pytest.raises(ContractError, match="unknown schema version 9"):
         decode(WindowReport, b'{"v": 9, "something": "else"}')
 
@@ -108,8 +108,8 @@ def test_telemetry_value_is_one_report_or_a_batch_checked_as_strictly() -> None:
     assert decode_telemetry(encode_telemetry([report, report])) == [report, report]
     with pytest.raises(ContractError, match=r"at `\$\[1\]`"):
         decode_telemetry(b"[" + encode(report) + b", 7]")
-    bad_version = encode_telemetry([report]).replace(b'"v":2', b'"v":7')
-    with pytest.raises(ContractError, match="unknown schema version 7"):
+    bad_version = encode_telemetry([report]).replace(b'"v":2', b'"v":8')
+    with pytest.raises(ContractError, match="unknown schema version 8"):
         decode_telemetry(bad_version)
     with pytest.raises(ContractError, match="malformed JSON"):
         decode_telemetry(b"[" + encode(report))
@@ -142,3 +142,23 @@ def test_a_target_without_a_cap_on_powerful_extras_encodes_as_a_v4_reader_expect
 
     assert "extra_candidates" not in sbm_json(SbmTarget(coverage=0.5))
     assert sbm_json(SbmTarget(coverage=0.5, extra_candidates=0))["extra_candidates"] == 0
+
+
+def test_a_pool_wide_capacity_event_encodes_as_before_the_replica_field() -> None:
+    from schemas.contract import CapacityEvent
+
+    grant = CapacityEvent(event_id="c", ts_ms=1, region="eu1", pool_id="eu1/rank/baseline/a100/"
+                          "opportunistic", kind="grant", accelerator="a100")
+    obj = json.loads(encode(grant))
+    assert obj["v"] == 2 and "replica" not in obj     # a v2-v6 reader reads it unchanged
+
+
+def test_a_replica_grant_is_v7_and_an_older_version_naming_a_replica_is_refused() -> None:
+    from schemas.contract import REPLICA_GRANT_VERSION, CapacityEvent
+
+    fields = {"event_id": "c", "ts_ms": 1, "region": "eu1", "kind": "grant",
+              "pool_id": "eu1/rank/baseline/a100/opportunistic", "accelerator": "a100"}
+    grant = CapacityEvent(v=REPLICA_GRANT_VERSION, replica="w1", **fields)  # type: ignore[arg-type]
+    assert decode(CapacityEvent, encode(grant)).replica == "w1"
+    with pytest.raises(ContractError, match="`replica` is a v7 field"):
+        decode(CapacityEvent, json.dumps({**fields, "v": 6, "replica": "w1"}))
