@@ -55,7 +55,7 @@ HELM_KUBE_VERSIONS     := 1.29.0 1.37.0
 CHART                  := infra/helm/surplus
 
 .PHONY: test test-fast test-faults lint demo soak bench clean setup compose-check toxiproxy ec2-metadata-mock lock \
-        test-client-install promtool test-alerts helm-check docs prereqs test-wheel
+        test-client-install promtool test-alerts helm-check docs prereqs test-wheel mlserver
 
 setup: $(STAMP) $(JARS)
 
@@ -180,8 +180,30 @@ helm-check: $(HELM) $(KUBECONFORM) $(K8S_SCHEMAS)/.built
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
+# MLServer (PyPI) in a virtualenv of its own, from infra/mlserver/requirements.txt: the model
+# server the OIP backend's integration test and `surplus bench oip` put a worker in front of.
+# Its dependencies (FastAPI, gRPC, scikit-learn, pandas) never meet ours. MLServer 1.7.1 takes
+# Python 3.9-3.12: the first 3.11 or 3.12 on the PATH or in pyenv (MLSERVER_PY= to choose).
+MLSERVER_VENV  := .venv-mlserver
+MLSERVER_STAMP := $(MLSERVER_VENV)/.installed
+ifeq ($(origin MLSERVER_PY),undefined)
+MLSERVER_PY := $(shell for p in python3.12 python3.11 python3 \
+                 $$(ls -d "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/3.1[12].*/bin/python3.1[12] 2>/dev/null | sort -rV); do \
+                 $$p -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 12))' \
+                 >/dev/null 2>&1 && { echo $$p; break; }; done)
+endif
+
+mlserver: $(MLSERVER_STAMP)
+
+$(MLSERVER_STAMP): infra/mlserver/requirements.txt
+	@test -n "$(MLSERVER_PY)" || { echo "MLServer 1.7.1 needs Python 3.11 or 3.12 (none on the PATH or in pyenv): install one, or name it with MLSERVER_PY=/path/to/python3.x"; exit 1; }
+	test -x $(MLSERVER_VENV)/bin/python || $(MLSERVER_PY) -m venv $(MLSERVER_VENV)
+	$(MLSERVER_VENV)/bin/pip install -q --upgrade pip
+	$(MLSERVER_VENV)/bin/pip install -q -r infra/mlserver/requirements.txt
+	touch $@
+
 # The fault suite runs in a session of its own (a fresh broker, its figures printed last).
-test: setup $(TOXIPROXY) $(AEMM) promtool docs
+test: setup $(TOXIPROXY) $(AEMM) promtool docs mlserver
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q -m "not faults and not helm"

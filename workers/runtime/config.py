@@ -184,7 +184,24 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     config.kafka_settings()  # fail now, not when the first Kafka client starts
     config.signing_key()
     config.notice_networks()
+    _check_backend(config)
     if config.model.path is not None and not Path(config.model.path).is_file():
         raise ConfigError(f"bad worker config at `model.path`: model file "
                           f"{config.model.path} does not exist")
     return config
+
+
+def _check_backend(config: WorkerConfig) -> None:
+    """The model's backend and the tables it needs agree (a torch worker with a stray
+    ``[model.oip]`` would silently score in process)."""
+    model = config.model
+    if model.backend == "oip":
+        if model.oip is None:
+            raise ConfigError('bad worker config at `model.oip`: backend "oip" needs a '
+                              "[model.oip] table with at least `url` and `model_name`")
+        if model.path is not None:
+            raise ConfigError('bad worker config at `model.path`: backend "oip" scores on the '
+                              "model server; leave out `path`")
+    elif model.oip is not None:
+        raise ConfigError('bad worker config at `model.backend`: [model.oip] is set but the '
+                          'backend is "torch"; set backend = "oip" to use the model server')

@@ -32,6 +32,8 @@ import torch
 from msgspec import Meta
 from torch import Tensor, nn
 
+from workers.runtime.oip_wire import OipSpec
+
 ModelName = Literal["baseline", "powerful"]
 Width = Annotated[int, Meta(ge=1, le=65_536)]
 
@@ -54,13 +56,19 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
 
 
 class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Which model a worker serves: a reference model by name, or a user file by path.
+    """Which model a worker serves: a reference model by name, a user file by path, or a
+    model server the team already runs (``backend = "oip"``, ``[model.oip]``).
 
     ``name`` is the model kind reported on the wire (``baseline`` or ``powerful``) whichever
-    way the weights come; with ``path`` set, ``config`` only states the input shape.
+    way the weights come; with ``path`` or ``oip`` set, ``config`` only states the input shape.
     """
 
     name: ModelName = "baseline"
+    #: Where rows are scored: ``torch`` in this process, or ``oip``, a model server over the
+    #: Open Inference Protocol (``workers.runtime.oip``); admission, batching and shedding stay
+    #: in the worker either way.
+    backend: Literal["torch", "oip"] = "torch"
+    oip: OipSpec | None = None
     path: str | None = None
     config: ModelConfig = ModelConfig()
     device: Literal["auto", "cpu", "cuda"] = "auto"

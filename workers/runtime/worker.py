@@ -33,12 +33,13 @@ from workers.runtime.batching import (
     BatcherStopped,
     BatchReport,
     Job,
+    Scorer,
     Shed,
     monotonic_ms,
 )
 from workers.runtime.config import WorkerConfig
 from workers.runtime.metrics import Snapshot, WorkerMetrics
-from workers.runtime.models import LoadedModel, load_model
+from workers.runtime.models import load_model
 from workers.runtime.telemetry import Identity, LoadTotals, TelemetryWindow
 from workers.wire import RequestBody, ShapeMismatch, model_inputs
 
@@ -66,6 +67,13 @@ class ModelFailure(RuntimeError):
     """The model raised on this request's batch (HTTP 500); the worker keeps serving."""
 
 
+class ServedModel(Scorer, Protocol):
+    """What the worker serves with: ``LoadedModel`` (torch in process) or ``OipModel`` (a
+    model server over the Open Inference Protocol); ``source`` says which, in readiness."""
+
+    source: str
+
+
 class KafkaLink(Protocol):
     """What the worker needs from its Kafka I/O (see ``kafka_io.KafkaIO``)."""
 
@@ -82,7 +90,7 @@ class Worker:
         this worker and the simulated one alike, ``tests/conformance``)."""
         self.config = config
         self.clock_ms = clock_ms
-        self.model: LoadedModel | None = None
+        self.model: ServedModel | None = None
         self.admission: Admission[Job] = Admission(
             config.admission, whole_requests=config.whole_request_optional,
             batch_wait_ms=config.batching.max_wait_ms)
@@ -114,10 +122,19 @@ class Worker:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    async def start(self, model: LoadedModel | None = None) -> None:
-        """Load the model (off the event loop) and start the inference thread."""
-        loaded = model if model is not None else await asyncio.to_thread(load_model,
-                                                                          self.config.model)
+    async def start(self, model: ServedModel | None = None) -> None:
+        """Load the model, or connect to the model server and check it (off the event loop),
+        then start the inference thread; ``ModelLoadError`` says why it cannot serve."""
+        spec = self.config.model
+        loaded: ServedModel
+        if model is not None:
+            loaded = model
+        elif spec.backend == "oip":
+            from workers.runtime.oip import connect
+
+            loaded = await asyncio.to_thread(connect, spec)
+        else:
+            loaded = await asyncio.to_thread(load_model, spec)
         self.batcher.scorer = loaded
         self.model = loaded
         self.batcher.start()
@@ -144,6 +161,9 @@ class Worker:
         stop the inference thread; waits at most ``timeout_s``."""
         self.stopping = True
         await asyncio.to_thread(self.batcher.stop, timeout_s)
+        close = getattr(self.model, "close", None)  # a model server's pooled connections
+        if close is not None and not self.batcher.running:
+            close()
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Ready once the model serves and targets were read (or we gave up waiting)."""

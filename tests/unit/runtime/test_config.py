@@ -69,3 +69,35 @@ def test_kafka_keys_left_out_come_from_the_environment(monkeypatch: pytest.Monke
     assert settings is not None
     assert (settings.bootstrap, settings.prefix) == ("broker.example:9093", "p.")
     assert load_config(None, {"worker_id": "w"}).kafka_settings() is None
+
+
+OIP = {"url": "http://triton:8000", "model_name": "ranker"}
+
+
+@pytest.mark.parametrize(("overrides", "named"), [
+    ({"model.backend": "oip"}, "`model.oip`"),
+    ({"model.backend": "grpc"}, "`$.model.backend`"),
+    ({"model.oip": OIP}, "`model.backend`"),
+    ({"model.backend": "oip", "model.oip": OIP, "model.path": "/m.pt2"}, "`model.path`"),
+    ({"model.backend": "oip", "model.oip": {**OIP, "url": "triton:8000"}}, "`$.model.oip.url`"),
+    ({"model.backend": "oip", "model.oip": {"url": "http://t:8000"}},
+     "missing required field `model_name` - at `$.model.oip`"),
+    ({"model.backend": "oip", "model.oip": {**OIP, "timeout_s": 0}}, "`$.model.oip.timeout_s`"),
+    ({"model.backend": "oip", "model.oip": {**OIP, "colour": "red"}}, "`$.model.oip`"),
+])
+def test_a_bad_model_server_config_is_refused_naming_the_key(overrides: dict, named: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, {"worker_id": "w", **overrides})
+    assert named in str(info.value)
+
+
+def test_the_model_server_backend_is_read_from_the_model_table(tmp_path: Path) -> None:
+    path = tmp_path / "worker.toml"
+    path.write_text('worker_id = "w"\n[model]\nbackend = "oip"\n[model.oip]\n'
+                    'url = "http://mlserver:8080/prefix"\nmodel_name = "ranker"\n'
+                    'timeout_s = 0.5\noutput = "predict"\n')
+    model = load_config(path).model
+    assert model.backend == "oip" and model.oip is not None
+    assert (model.oip.url, model.oip.model_name, model.oip.timeout_s, model.oip.output) == (
+        "http://mlserver:8080/prefix", "ranker", 0.5, "predict")
+    assert (model.oip.dense_input, model.oip.sparse_input) == ("dense", "sparse")
