@@ -15,8 +15,9 @@ of its own, no cpu controller), ``CpuSlices.open`` says why in ``reason`` and th
 without slices and says so in its summary. The files are a few lines to write; the Python
 cgroup packages on PyPI cover v1 only (cgroupspy) or only read, so this module writes them.
 
-The arithmetic and the parsing are pure functions (tested on their own); ``CpuSlices`` and
-``Slice`` do the file I/O.
+The arithmetic and the parsing are pure functions (tested on their own); the parsing of the
+quota files and of where a cgroup is lives in ``workers.capacity.cgroup``, shared with the
+capacity agent that reads the slice it lends. ``CpuSlices`` and ``Slice`` do the file I/O.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from workers.capacity.cgroup import Mount, Quota, parse_mountinfo, parse_proc_cgroup
+from workers.capacity.cgroup import parse_cpu_max as parse_cpu_max  # the demo's readers use it
 
 #: The quota period the demo's slices use. Shorter than the kernel's 100 ms default on
 #: purpose: a slice that spends its quota early in a period waits out the rest of it, every
@@ -49,22 +53,6 @@ class SliceError(RuntimeError):
 
 # -- pure: quota arithmetic and parsing -----------------------------------------------------
 
-@dataclass(frozen=True)
-class Quota:
-    """A CPU quota: ``quota_us`` of CPU time in every ``period_us`` of wall time."""
-
-    quota_us: int
-    period_us: int
-
-    @property
-    def cores(self) -> float:
-        return self.quota_us / self.period_us
-
-    def cpu_max(self) -> str:
-        """The line cgroup v2's ``cpu.max`` takes."""
-        return f"{self.quota_us} {self.period_us}"
-
-
 def quota_for(cores: float, period_us: int = DEFAULT_PERIOD_US) -> Quota:
     """The quota of a slice of ``cores`` CPUs: ``cores * period`` microseconds a period, never
     under the kernel's 1 ms minimum (a smaller slice gets a longer period instead, so its
@@ -78,14 +66,6 @@ def quota_for(cores: float, period_us: int = DEFAULT_PERIOD_US) -> Quota:
         period_us = min(MAX_PERIOD_US, round(MIN_QUOTA_US / cores))
         quota = max(MIN_QUOTA_US, round(cores * period_us))
     return Quota(quota, period_us)
-
-
-def parse_cpu_max(text: str) -> Quota | None:
-    """cgroup v2 ``cpu.max`` (``"50000 100000"``, or ``"max 100000"``: no limit -> None)."""
-    parts = text.split()
-    if len(parts) != 2:
-        raise ValueError(f"cpu.max should hold 'quota period', got {text!r}")
-    return None if parts[0] == "max" else Quota(int(parts[0]), int(parts[1]))
 
 
 def usage_usec_v2(cpu_stat: str) -> int:
@@ -111,44 +91,6 @@ def v2_weight(shares: int) -> int:
     """cgroup v2 ``cpu.weight`` (1..10000, 100 = a nice-0 process) of v1 ``cpu.shares``
     (1024 = a nice-0 process), as the kernel and the container runtimes convert it."""
     return max(1, min(10_000, round(shares * 100 / 1024)))
-
-
-@dataclass(frozen=True)
-class Mount:
-    point: str
-    fstype: str
-    options: frozenset[str]
-
-
-def parse_mountinfo(text: str) -> list[Mount]:
-    """The cgroup mounts of ``/proc/self/mountinfo`` (v1 ``cgroup`` and v2 ``cgroup2``), with
-    their super options (where v1 names its controllers)."""
-    out = []
-    for line in text.splitlines():
-        left, sep, right = line.partition(" - ")
-        if not sep:
-            continue
-        fields_ = left.split()
-        fstype, _source, *opts = right.split()
-        if fstype not in ("cgroup", "cgroup2") or len(fields_) < 5:
-            continue
-        options = frozenset(",".join([fields_[5] if len(fields_) > 5 else "", *opts])
-                            .split(","))
-        out.append(Mount(fields_[4], fstype, options - {""}))
-    return out
-
-
-def parse_proc_cgroup(text: str) -> dict[str, str]:
-    """``/proc/self/cgroup`` as controller -> path; the v2 hierarchy's key is ``""``."""
-    out = {}
-    for line in text.splitlines():
-        parts = line.strip().split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, path = parts
-        for name in (controllers.split(",") if controllers else [""]):
-            out[name.removeprefix("name=")] = path
-    return out
 
 
 @dataclass(frozen=True)
