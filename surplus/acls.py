@@ -91,7 +91,9 @@ def required_acls(component: Component, prefix: str = DEFAULT_PREFIX,
                 AclRule("group", CLIENT_GROUPS, "prefixed", ("DESCRIBE",),
                         "its replicas feed's group id (assigned by hand, commits nothing)")]
     if component == "capacity-agent":
-        return [_topic(prefix, "preemption", WRITE,
+        return [_topic(prefix, "capacity", WRITE,
+                       "its replica's own grants, renewals and revokes"),
+                _topic(prefix, "preemption", WRITE,
                        "its replica's PreemptionNotices (spot interruption, preStop)")]
     if component == "operator":
         return [AclRule("topic", prefix, "prefixed",

@@ -31,9 +31,15 @@ POOL = "eu1/rank/baseline/a100/opportunistic"
 
 
 def _agent(kafka: KafkaSettings, tmp_path: Path, name: str, *args: str) -> Proc:
+    """An agent for a replica of POOL whose cgroup lends 16 cores, capped at 8 by its flag,
+    and which sees no GPU (the 2 configured stand in): the units each notice carries."""
+    cgroup = tmp_path / f"{name}-cgroup"
+    cgroup.mkdir()
+    (cgroup / "cpu.max").write_text("1600000 100000\n")
     return Proc(["capacity-agent", "--worker-id", name, "--pool", POOL,
-                 "--accelerator-units", "2", "--cpu-units", "8", "--bootstrap", kafka.bootstrap,
-                 "--prefix", kafka.prefix, *args], tmp_path / f"{name}.log")
+                 "--accelerator-units", "2", "--cpu-units", "8", "--cgroup", str(cgroup),
+                 "--bootstrap", kafka.bootstrap, "--prefix", kafka.prefix, *args],
+                tmp_path / f"{name}.log", env={"NVIDIA_VISIBLE_DEVICES": "void"})
 
 
 def _wait_log(proc: Proc, text: str, timeout_s: float) -> None:

@@ -47,8 +47,8 @@ def test_bindings_cover_every_operation_and_refuse_unknown_components() -> None:
         acls.required_acls("intruder")  # type: ignore[arg-type]
 
 
-def test_a_capacity_agent_may_only_send_preemption_notices() -> None:
-    assert _grants("capacity-agent", "WRITE") == {"surplus.preemption"}
+def test_a_capacity_agent_may_only_lend_its_replica_and_send_its_notices() -> None:
+    assert _grants("capacity-agent", "WRITE") == {"surplus.capacity", "surplus.preemption"}
     assert _grants("capacity-agent", "READ") == set()
 
 
