@@ -228,7 +228,7 @@ SOAK_MINUTES ?= 30
 soak: setup
 	$(BIN)/surplus soak --minutes $(SOAK_MINUTES) --out out/soak
 
-bench: setup
+bench: setup mlserver
 	$(BIN)/surplus bench --out out/bench
 
 # docker-compose.yml as `docker compose config` sees it (compose-spec's loader where no Docker).

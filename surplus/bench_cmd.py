@@ -55,6 +55,9 @@ BENCHES = (
           target=">= 50000 labels/s"),
     Bench("transport", "transport", {"candidates": 2000}, metric="json_vs_msgpack_decode",
           target=">= 5x cheaper per candidate"),
+    # A worker in front of MLServer (make mlserver) against one scoring in process.
+    Bench("oip", "oip", {"notices": 300}, metric="ratio_p99",
+          target="<= 1.2x the in-process worker's notice-to-shed p99"),
 )
 
 
@@ -104,8 +107,8 @@ def run_one(bench: Bench, bootstrap: str | None, timeout_s: float) -> dict[str, 
 
 def bench(
     names: Annotated[list[str] | None, typer.Argument(
-        help="Benchmarks to run: client, shed, batching, ingest, replay, join, transport "
-             "(default: all).")]
+        help="Benchmarks to run: client, shed, batching, ingest, replay, join, transport, "
+             "oip (default: all).")]
     = None,
     out: Annotated[Path, typer.Option(help="Directory for bench.json.")] = Path("out/bench"),
     timeout: Annotated[float, typer.Option(help="Seconds each benchmark may take.")] = 900.0,

@@ -267,3 +267,16 @@ def test_surplus_worker_exits_naming_the_metadata_field_it_cannot_serve(
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 1
     assert re.search(r"ranker_wide.*`inputs\[1\]` \(sparse\)\.shape", err), err
+
+
+def test_the_oip_benchmark_reports_both_backends_and_the_ratio_of_their_p99s() -> None:
+    from bench.oip import run
+
+    result = run(notices=10, gap_ms=5.0, load_rps=100.0)
+    oip, inproc = result["oip"], result["inprocess"]
+    assert oip["model"].startswith("oip:http://127.0.0.1:")
+    assert inproc["model"] == "reference:baseline"
+    assert (oip["notices"], oip["lost"], inproc["notices"], inproc["lost"]) == (10, 0, 10, 0)
+    assert result["ratio_p99"] == round(oip["notice_to_shed_ms"]["p99"]
+                                        / inproc["notice_to_shed_ms"]["p99"], 3)
+    assert oip["load_requests"] > 0 and inproc["load_requests"] > 0

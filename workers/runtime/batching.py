@@ -109,6 +109,9 @@ class Batcher:
         self.optional_rows_done = 0
         self.busy_s = 0.0
         self.batches = 0
+        #: Optional rows scored but not used: in service when a notice came (also counted in
+        #: admission's shed units as ``preemption``, with the queued ones a notice dropped).
+        self.optional_rows_discarded = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -257,7 +260,8 @@ class Batcher:
             self.busy_s += elapsed
             self.batches += 1
             usable = self.admission.usable(batch, preemptions)
-        discarded = sum(w.units for w, use in zip(batch, usable, strict=True) if not use)
+            discarded = sum(w.units for w, use in zip(batch, usable, strict=True) if not use)
+            self.optional_rows_discarded += discarded
         self._scatter(jobs, usable, None if error else scores, error)
         if self._on_batch is not None:
             self._on_batch(BatchReport(rows, optional_rows, len(jobs), elapsed, waits, error,

@@ -178,6 +178,7 @@ async def test_optional_answers_of_a_pass_in_service_when_a_notice_came_are_not_
         assert batcher.state().shed_units == {"preemption": 3}
         await wait_for_reports(reports, 1)
         assert reports[0].discarded_optional_rows == 3 and reports[0].optional_rows == 3
+        assert batcher.optional_rows_discarded == 3
     finally:
         gate.set()
         batcher.stop(5)
