@@ -56,8 +56,13 @@ def capacity_agent(
     cpu_units: Annotated[float | None, typer.Option(
         help="Cap on the CPU units lent (measured: the cgroup's CPU quota in cores).")] = None,
     cgroup: Annotated[Path | None, typer.Option(
-        help="The cgroup directory whose CPU quota is lent (default: the agent's own, and "
-             "those above it).")] = None,
+        help="The cgroup directory whose CPU quota is lent, or a cgroupfs root such as the "
+             "worker's /proc/1/root/sys/fs/cgroup for a sidecar sharing its processes "
+             "(default: the agent's own cgroup, and those above it).")] = None,
+    cpu_limit_file: Annotated[Path | None, typer.Option(
+        help="Instead: a file holding the worker container's CPU limit in millicores (the "
+             "Kubernetes downward API's limits.cpu, divisor 1m), the figure its quota is "
+             "set from.")] = None,
     labels_file: Annotated[list[Path] | None, typer.Option(
         help="A downward-API labels or annotations file (key=\"value\" lines). Repeat.")]
     = None,
@@ -99,7 +104,7 @@ def capacity_agent(
     from workers.capacity.imds import Imds
     from workers.capacity.lend import Lender, LendSettings
     from workers.capacity.observe import PlatformReader, read_quota
-    from workers.capacity.platform import PlatformError, Wanted
+    from workers.capacity.platform import PlatformError, Wanted, kubelet_quota
 
     logging.basicConfig(level=loglevel.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -125,11 +130,18 @@ def capacity_agent(
     for path in labels_file or []:
         if not path.is_file():
             fail(f"--labels-file {path}: no such file")
+    if cgroup is not None and cpu_limit_file is not None:
+        fail("--cgroup and --cpu-limit-file: give one (both say what CPU the replica has)")
     if cgroup is not None:
         try:
             read_quota(cgroup)
         except (OSError, ValueError) as exc:
             fail(f"--cgroup {cgroup}: no CPU quota to read there ({exc})")
+    if cpu_limit_file is not None:
+        try:
+            kubelet_quota(cpu_limit_file.read_text())
+        except (OSError, ValueError) as exc:
+            fail(f"--cpu-limit-file {cpu_limit_file}: {exc}")
     try:
         settings = LendSettings(lease_s=lease_s, renew_s=renew_s)
     except ValueError as exc:
@@ -142,8 +154,8 @@ def capacity_agent(
         imds = Imds(imds_endpoint) if "aws" in sources else None
     except (PlatformError, ValueError) as exc:
         fail(f"--pool: {exc}" if isinstance(exc, PlatformError) else str(exc))
-    reader = PlatformReader(imds=imds, cgroup_dir=cgroup, labels_files=tuple(labels_file or ()),
-                            labels=labels)
+    reader = PlatformReader(imds=imds, cgroup_dir=cgroup, cpu_limit_file=cpu_limit_file,
+                            labels_files=tuple(labels_file or ()), labels=labels)
     first = _first_share(reader, wanted, poll_s)
     if first is None:
         return  # stopped while waiting for the metadata service

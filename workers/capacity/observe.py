@@ -19,7 +19,7 @@ from pathlib import Path
 from workers.capacity import cgroup
 from workers.capacity.cgroup import Quota
 from workers.capacity.imds import Imds, ImdsError
-from workers.capacity.platform import View, count_gpus, parse_labels
+from workers.capacity.platform import View, count_gpus, kubelet_quota, parse_labels
 
 INSTANCE_TYPE = "/latest/meta-data/instance-type"
 LIFECYCLE = "/latest/meta-data/instance-life-cycle"
@@ -30,7 +30,9 @@ IMDS_FACTS = (INSTANCE_TYPE, LIFECYCLE, REGION)
 def read_quota(directory: Path, version: int | None = None) -> Quota | None:
     """The CPU quota of one cgroup directory (None: no limit): v2 ``cpu.max`` (a v2 cgroup
     without the cpu controller has none, and no limit of its own), v1's cfs files, or with
-    ``version`` None whichever is there. OSError or ValueError when it cannot be read."""
+    ``version`` None whichever is there, a v1 cgroupfs root's ``cpu`` hierarchy included
+    (another container's ``/proc/<pid>/root/sys/fs/cgroup``, whatever the host's cgroups).
+    OSError or ValueError when it cannot be read."""
     cpu_max = directory / "cpu.max"
     if version == 2 or (version is None and cpu_max.exists()):
         if version == 2 and not cpu_max.exists():
@@ -38,6 +40,12 @@ def read_quota(directory: Path, version: int | None = None) -> Quota | None:
                 raise FileNotFoundError(f"no cgroup directory {directory}")
             return None
         return cgroup.parse_cpu_max(cpu_max.read_text())
+    if version is None and not (directory / "cpu.cfs_quota_us").exists():
+        # a v1 cgroupfs root (a container's /sys/fs/cgroup): the cpu hierarchy's directory
+        below = [directory / d for d in ("cpu", "cpu,cpuacct", "cpuacct,cpu")
+                 if (directory / d / "cpu.cfs_quota_us").exists()]
+        if below:
+            directory = below[0]
     return cgroup.parse_cfs((directory / "cpu.cfs_quota_us").read_text(),
                             (directory / "cpu.cfs_period_us").read_text())
 
@@ -60,16 +68,19 @@ def own_quota(proc: Path = Path("/proc/self")) -> Quota | None:
 
 
 class PlatformReader:
-    """Reads a ``platform.View``: the quota of ``cgroup_dir`` (None: this process's own), the
+    """Reads a ``platform.View``: the quota of ``cgroup_dir``, else the CPU limit in
+    ``cpu_limit_file`` (a downward-API file), else this process's own cgroup's; the
     GPUs under ``dev`` as ``env`` narrows them, the labels files then ``labels`` (the flags
     win), and, with ``imds``, the instance's metadata."""
 
     def __init__(self, *, imds: Imds | None = None, cgroup_dir: Path | None = None,
+                 cpu_limit_file: Path | None = None,
                  labels_files: tuple[Path, ...] = (), labels: Mapping[str, str] | None = None,
                  proc: Path = Path("/proc/self"), dev: Path = Path("/dev"),
                  env: Mapping[str, str] | None = None) -> None:
         self.imds = imds
         self.cgroup_dir = cgroup_dir
+        self.cpu_limit_file = cpu_limit_file
         self.labels_files = labels_files
         self.labels = dict(labels or {})
         self.proc = proc
@@ -88,15 +99,23 @@ class PlatformReader:
         self.problems = {}
         return View(labels=self._labels(), instance_type=self._fact(INSTANCE_TYPE),
                     lifecycle=self._fact(LIFECYCLE), cloud_region=self._fact(REGION),
-                    quota=self._quota(), cpus=_cpus(), gpus=self._gpus())
+                    quota=self._quota(), quota_source=self._quota_source(), cpus=_cpus(),
+                    gpus=self._gpus())
+
+    def _quota_source(self) -> str:
+        if self.cgroup_dir is None and self.cpu_limit_file is not None:
+            return "the worker's CPU limit"
+        return "cgroup quota"
 
     def _quota(self) -> Quota | None:
         try:
             if self.cgroup_dir is not None:
                 return read_quota(self.cgroup_dir)
+            if self.cpu_limit_file is not None:
+                return kubelet_quota(self.cpu_limit_file.read_text())
             return own_quota(self.proc)
         except (OSError, ValueError) as exc:
-            where = self.cgroup_dir or "this process's cgroup"
+            where = self.cgroup_dir or self.cpu_limit_file or "this process's cgroup"
             self.problems["cgroup"] = (f"CPU quota of {where} unreadable ({exc}): lending the "
                                        "CPUs it may run on")
             return None

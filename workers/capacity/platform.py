@@ -17,7 +17,9 @@ control plane plans on is what the replica really has:
   opportunistic replica lends: a baseline one is provisioned capacity, never lent.
 - **CPU units**: the cores of the tightest CPU quota over its cgroup and the cgroups above it
   (cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``), or the CPUs it
-  may run on where no quota binds.
+  may run on where no quota binds. A sidecar reads the worker's cgroup where it shares the
+  worker's processes (``/proc/<pid>/root/sys/fs/cgroup``), or is handed the worker
+  container's CPU limit by the Kubernetes downward API, the figure the kubelet writes there.
 - **Accelerator units**: the GPUs it sees (``/dev/nvidia<N>``, narrowed by
   ``NVIDIA_VISIBLE_DEVICES`` and ``CUDA_VISIBLE_DEVICES``), counted without CUDA. A replica of
   accelerator type ``cpu`` is one unit, as the scheduler and the cost model count it (a unit's
@@ -121,6 +123,7 @@ class View(msgspec.Struct, frozen=True, kw_only=True):
     cloud_region: str | None = None
     quota: Quota | None = None
     """The tightest CPU quota over the agent's cgroup and those above it (None: none binds)."""
+    quota_source: str = "cgroup quota"
     cpus: int = 1
     """CPUs the process may run on (its affinity), the bound where no quota binds."""
     gpus: int = 0
@@ -169,7 +172,7 @@ def share(wanted: Wanted, view: View) -> Share:
     identity = identify(wanted, view)
     sources: dict[str, str] = {}
     if view.quota is not None:
-        cpu, sources["cpu"] = view.quota.cores, f"cgroup quota {view.quota.cpu_max()}"
+        cpu, sources["cpu"] = view.quota.cores, f"{view.quota_source} {view.quota.cpu_max()}"
     else:
         cpu, sources["cpu"] = float(view.cpus), f"{view.cpus} CPUs (no quota)"
     if wanted.cpu_units is not None and wanted.cpu_units < cpu:
@@ -251,6 +254,20 @@ def parse_labels(text: str) -> dict[str, str]:
             value = parsed
         out[key.strip()] = value
     return out
+
+
+def kubelet_quota(millicores: str) -> Quota:
+    """A container's CPU limit as the Kubernetes downward API writes it (``resourceFieldRef``
+    ``limits.cpu`` with divisor ``1m``: ``"500"``), as the quota the kubelet sets from it: a
+    sidecar cannot read the worker container's cgroup, but can be handed its limit this way."""
+    try:
+        value = int(millicores.strip())
+    except ValueError:
+        raise ValueError(f"{millicores.strip()[:40]!r} is not a CPU limit in millicores (the "
+                         "downward API's limits.cpu with divisor 1m)") from None
+    if value <= 0:
+        raise ValueError(f"CPU limit {value}m is not positive")
+    return Quota(value * 100, 100_000)
 
 
 def count_gpus(device_names: list[str], env: Mapping[str, str]) -> int:

@@ -40,6 +40,11 @@ def test_a_cgroups_own_quota_in_either_hierarchy(tmp_path: Path) -> None:
     (v1 / "cpu.cfs_period_us").write_text("100000\n")
     assert read_quota(v1) is None
     assert read_quota(v1, version=2) is None     # a v2 cgroup without the cpu controller
+    root = tmp_path / "v1root"                    # a container's /sys/fs/cgroup on a v1 host
+    (root / "cpu,cpuacct").mkdir(parents=True)
+    (root / "cpu,cpuacct" / "cpu.cfs_quota_us").write_text("50000\n")
+    (root / "cpu,cpuacct" / "cpu.cfs_period_us").write_text("100000\n")
+    assert read_quota(root) == Quota(50_000, 100_000)
 
 
 def test_a_parents_quota_binds_a_child_without_one(tmp_path: Path) -> None:
@@ -110,3 +115,14 @@ def test_the_metadata_is_read_until_it_answers_then_kept(tmp_path: Path) -> None
     before = len(imds.reads)
     reader.view()
     assert len(imds.reads) == before          # static documents: read once
+
+
+def test_a_sidecar_handed_the_workers_cpu_limit_lends_what_the_kubelet_set(
+        tmp_path: Path) -> None:
+    limit = tmp_path / "worker-cpu-limit"
+    limit.write_text("500\n")                      # limits.cpu 500m, divisor 1m
+    view = PlatformReader(cpu_limit_file=limit, dev=tmp_path, env={}).view()
+    assert view.quota == Quota(50_000, 100_000) and view.quota_source == "the worker's CPU limit"
+    limit.write_text("half\n")
+    reader = PlatformReader(cpu_limit_file=limit, dev=tmp_path, env={})
+    assert reader.view().quota is None and "millicores" in reader.problems["cgroup"]
