@@ -122,8 +122,11 @@ class Metrics:
                                 "Requests/s in the last closed window", ["scope", "pool"],
                                 registry=self.registry)
         self.capacity = Gauge("surplus_control_opportunistic_units",
-                              "Opportunistic capacity on the books", ["scope", "resource"],
+                              "Opportunistic capacity on the books: resource cpu_units (CPU "
+                              "units) or an accelerator type (its units)", ["scope", "resource"],
                               registry=self.registry)
+        self._accelerators: dict[str, set[str]] = {}
+        """Accelerator types each scope's books have held (a type gone reads 0, not stale)."""
         self.lag = Gauge("surplus_control_consumer_lag",
                          "Messages behind the end of each input partition",
                          ["topic", "partition"], registry=self.registry)
@@ -206,9 +209,12 @@ class Metrics:
             for segment, priority in targets.sbm.segments.items():
                 self.segment_gain.labels(scope, segment, "posterior").set(priority.gain_mean)
         capacity = controller.capacity
-        self.capacity.labels(scope, "cpu").set(capacity.cpu_units)
-        for accelerator, units in capacity.accel.items():
-            self.capacity.labels(scope, accelerator).set(units)
+        # CPU units under their own name: "cpu" is also an accelerator type (a CPU replica)
+        self.capacity.labels(scope, "cpu_units").set(capacity.cpu_units)
+        types = self._accelerators.setdefault(scope, set())
+        types.update(capacity.accel)
+        for accelerator in sorted(types):
+            self.capacity.labels(scope, accelerator).set(capacity.accel.get(accelerator, 0.0))
 
     def observe_lag(self, monitor: Any) -> None:
         """Lag per input partition from Faust's monitor (end offset minus read offset)."""

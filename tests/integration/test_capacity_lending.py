@@ -201,7 +201,7 @@ def test_a_sidecar_lends_once_its_worker_is_ready_and_sigterm_revokes_it_on_the_
         assert "worker not ready" in agent.output()
         worker.ready.set()
         _wait("the control plane's books holding the pool",
-              lambda: books("cpu") == 0.5 and books("l4") == 1.0, 120, agent, plane)
+              lambda: books("cpu_units") == 0.5 and books("l4") == 1.0, 120, agent, plane)
         capacity.poll(2.5)
         grants = _mine(capacity, "pod-1")
         assert len(grants) >= 2 and {(g.pool_id, g.kind) for g in grants} == {(pool, "grant")}
@@ -214,8 +214,8 @@ def test_a_sidecar_lends_once_its_worker_is_ready_and_sigterm_revokes_it_on_the_
         assert notice.notice_id.startswith("k8s-sigterm-")
         assert notice.deadline_ms - notice.ts_ms == 20_000 and notice.pool_id == pool
         assert _mine(capacity, "pod-1")[-1].kind == "revoke"
-        _wait("the control plane's books dropping the pool", lambda: books("cpu") == 0.0,
-              30, plane)
+        _wait("the control plane's books dropping the pool",
+              lambda: books("cpu_units") == 0.0 and books("l4") == 0.0, 30, plane)
     finally:
         agent.stop()
         worker.close()
