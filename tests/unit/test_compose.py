@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,48 @@ def test_the_control_plane_is_healthy_when_ready_on_its_metrics_port_and_the_sch
     waits = services["scheduler"]["depends_on"]
     assert waits["control-plane"] == {"condition": "service_healthy"}
     assert waits["topics"] == {"condition": "service_completed_successfully"}
+
+
+def _flag(command: list[str], flag: str) -> str:
+    return command[command.index(flag) + 1]
+
+
+def test_each_opportunistic_worker_has_a_capacity_agent_lending_it_and_no_scheduler_runs(
+        ) -> None:
+    """A fresh `docker compose up` lends the opportunistic workers with no scheduler: each has
+    an agent sharing its network (its /readyz, its /v1/preempt) and its processes (its cgroup
+    at /proc/1/root), speaking for its replica id and pool, and the scheduler is opt-in."""
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    lent = {name: s["command"] for name, s in services.items()
+            if "--tier" in (s.get("command") or []) and _flag(s["command"], "--tier")
+            == "opportunistic"}
+    assert set(lent) == {"worker-opportunistic", "worker-powerful"}
+    for name, worker in lent.items():
+        (agent,) = [s for s in services.values() if s.get("network_mode") == f"service:{name}"]
+        command = agent["command"]
+        assert command[:2] == ["surplus", "capacity-agent"] and agent["pid"] == f"service:{name}"
+        pool = "/".join(_flag(worker, f) for f in ("--region", "--model", "--accelerator",
+                                                   "--tier"))
+        assert _flag(command, "--pool") == pool.replace("/", "/rank/", 1)
+        assert _flag(command, "--worker-id") == _flag(worker, "--worker-id")
+        assert _flag(command, "--worker-url") == f"http://127.0.0.1:{_flag(worker, '--port')}"
+        assert _flag(command, "--cgroup") == "/proc/1/root/sys/fs/cgroup"
+        assert services[name]["cpus"] > 0            # a quota for the agent to read and lend
+    assert services["scheduler"]["profiles"] == ["scheduler"]
+
+
+def test_the_control_laws_ask_rma_for_the_cpu_a_lent_slice_has(tmp_path: Path) -> None:
+    """The agents lend each slice as one accelerator unit and its cores as CPU units; RMA's
+    CPU per lent unit is that slice here, or the books would hold RMA to a fraction of it."""
+    from streams.control.config import load_config
+
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    code = re.search(r"python -c '(.*?)' >", services["control-plane"]["command"][2])
+    assert code is not None
+    done = subprocess.run([sys.executable, "-c", code.group(1)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    path = tmp_path / "control.toml"
+    path.write_text(done.stdout)
+    eu1 = load_config(path).for_scope("eu1")
+    assert eu1.allocator.cpu_per_accel_for_rma == services["worker-opportunistic"]["cpus"]

@@ -3,8 +3,11 @@
 1. Targets flow: the control plane's ControlTargets are on the targets topic (read here from
    the broker) and every worker holds targets from it (`surplus_worker_targets_epoch` >= 0,
    younger than the 30 s TTL, as Prometheus scraped them).
-2. Prometheus has every target of infra/docker/compose/prometheus.yml up.
-3. Grafana (only with --grafana URL, where the `grafana` profile runs): the provisioned
+2. Lent capacity, with no scheduler: the capacity agents' grants of both opportunistic workers
+   are on the control plane's books (`surplus_control_opportunistic_units`: half a CPU unit
+   each, their `cpus` slices, and one `cpu` accelerator unit each).
+3. Prometheus has every target of infra/docker/compose/prometheus.yml up.
+4. Grafana (only with --grafana URL, where the `grafana` profile runs): the provisioned
    dashboard "Surplus" loads over HTTP with its panels, and the home page is served.
 
 Each check polls until it holds or its deadline passes; exit 1 names what did not hold.
@@ -21,7 +24,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-EXPECTED_JOBS = {"control-plane": 1, "workers": 3, "scheduler": 1, "loadgen": 1}
+EXPECTED_JOBS = {"control-plane": 1, "workers": 3, "loadgen": 1}
 
 
 def get_json(url: str) -> Any:
@@ -93,6 +96,16 @@ def workers_hold_targets(prometheus: str) -> str | None:
     return None
 
 
+def capacity_on_the_books(prometheus: str) -> str | None:
+    """Both agents' shares: 2 x 0.5 CPU units (their slices) and 2 `cpu` accelerator units."""
+    units = {r["metric"]["resource"]: float(r["value"][1])
+             for r in query(prometheus, 'surplus_control_opportunistic_units{scope="eu1"}')}
+    if units.get("cpu_units") != 1.0 or units.get("cpu") != 2.0:
+        return f"not both agents' shares on the control plane's books: {units}"
+    print(f"     lent capacity on the books: {units}")
+    return None
+
+
 def all_targets_up(prometheus: str) -> str | None:
     active = get_json(f"{prometheus}/api/v1/targets")["data"]["activeTargets"]
     jobs: dict[str, int] = {}
@@ -132,6 +145,8 @@ def main() -> int:
               lambda: targets_on_topic(args.bootstrap, args.topic))
     ok &= poll("every worker holds fresh targets", args.deadline,
                lambda: workers_hold_targets(args.prometheus))
+    ok &= poll("the capacity agents' grants are on the control plane's books", args.deadline,
+               lambda: capacity_on_the_books(args.prometheus))
     ok &= poll("Prometheus has every target up", args.deadline,
                lambda: all_targets_up(args.prometheus))
     if args.grafana:
