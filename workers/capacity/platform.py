@@ -189,6 +189,8 @@ def share(wanted: Wanted, view: View) -> Share:
     elif wanted.accelerator_units is not None:
         accel = wanted.accelerator_units
         sources["accelerator"] = "--accelerator-units (no GPU visible here)"
+    elif not identity.lends:  # a baseline replica's notices take nothing off any grant
+        accel, sources["accelerator"] = 0.0, "none visible (a baseline replica lends none)"
     else:
         raise PlatformError(f"no {identity.accelerator} visible here (no /dev/nvidia<N>): give "
                             "--accelerator-units, the worker's GPU count (a sidecar does not "

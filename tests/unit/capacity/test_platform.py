@@ -98,7 +98,9 @@ def test_gpus_seen_are_counted_and_configuration_only_caps_or_stands_in() -> Non
     sidecar = share(capped, View(gpus=0))                     # sees none of the worker's
     assert sidecar.accelerator_units == 2.0 and "no GPU visible" in sidecar.sources["accelerator"]
     with pytest.raises(PlatformError, match="--accelerator-units"):
-        share(a100, View(gpus=0))
+        share(Wanted(region="eu1", accelerator="a100", tier="opportunistic"), View(gpus=0))
+    baseline = share(Wanted(region="eu1", accelerator="a100", tier="baseline"), View(gpus=0))
+    assert baseline.accelerator_units == 0.0 and not baseline.identity.lends
 
 
 def test_devices_are_narrowed_by_the_runtime_and_by_cuda() -> None:
