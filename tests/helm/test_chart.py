@@ -62,7 +62,17 @@ def _of(manifests: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 def _containers(manifests: list[dict[str, Any]], kind: str) -> Iterator[dict[str, Any]]:
     for m in _of(manifests, kind):
-        yield from m["spec"]["template"]["spec"]["containers"]
+        pod = m["spec"]["template"]["spec"]
+        yield from pod.get("initContainers", [])
+        yield from pod["containers"]
+
+
+def _agent(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The capacity agent of a worker pod: a native sidecar or a plain container."""
+    found = [c for c in pod.get("initContainers", []) + pod["containers"]
+             if c["name"] == "capacity-agent"]
+    assert len(found) <= 1
+    return found[0] if found else None
 
 
 def _options(command: str) -> set[str]:
@@ -122,7 +132,7 @@ def test_worker_pods_drain_within_their_grace(
     assert deployments
     for deployment in deployments:
         pod = deployment["spec"]["template"]["spec"]
-        container, *sidecars = pod["containers"]
+        container = pod["containers"][0]
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
@@ -130,7 +140,8 @@ def test_worker_pods_drain_within_their_grace(
         if pre_stop[0] == "sleep":
             pause = int(pre_stop[1])
         else:   # tells the capacity agent beside it, then pauses
-            (agent,) = sidecars
+            agent = _agent(pod)
+            assert agent is not None
             agent_env = {e["name"]: e.get("value") for e in agent["env"]}
             hook = f"127.0.0.1:{agent_env['SURPLUS_CAPACITY_AGENT_HOOK_PORT']}/prestop"
             assert hook in pre_stop[2]
@@ -144,6 +155,43 @@ def test_worker_pods_drain_within_their_grace(
         path.write_text(files[name])
         config = load_worker_config(path, defaults={"worker_id": "w-0"})
         assert pod["terminationGracePeriodSeconds"] >= pause + config.shutdown_grace_s + 1
+
+
+def test_opportunistic_workers_lend_through_a_native_sidecar_agent(
+        manifests: list[dict[str, Any]]) -> None:
+    """With no scheduler, what an opportunistic pod lends comes from its capacity agent: beside
+    every opportunistic worker (a native sidecar unless the values say otherwise), speaking for
+    the worker's pool and replica, lending the worker container's CPU limit (the downward API:
+    a sidecar's own cgroup is not the worker's) and the pool's GPU limit as its units."""
+    lending = 0
+    for deployment in _of(manifests, "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        worker = pod["containers"][0]
+        worker_env = {e["name"]: e.get("value") for e in worker["env"]}
+        pool = worker_env["SURPLUS_WORKER_POOL"]
+        agent = _agent(pod)
+        if agent is None:
+            assert not pool.endswith("/opportunistic"), f"{pool} lends nothing"
+            continue
+        lending += pool.endswith("/opportunistic")
+        env = {e["name"]: e.get("value") for e in agent["env"]}
+        assert env["SURPLUS_CAPACITY_AGENT_POOL"] == pool
+        assert env["SURPLUS_CAPACITY_AGENT_WORKER_ID"] == worker_env["SURPLUS_WORKER_WORKER_ID"]
+        if agent in pod.get("initContainers", []):
+            assert agent["restartPolicy"] == "Always"          # a native sidecar
+        mounts = {m["name"]: m["mountPath"] for m in agent["volumeMounts"]}
+        (info,) = [v for v in pod["volumes"] if v["name"] == "pod-info"]
+        files = {i["path"]: i for i in info["downwardAPI"]["items"]}
+        limit = Path(env["SURPLUS_CAPACITY_AGENT_CPU_LIMIT_FILE"])
+        assert str(limit.parent) == mounts["pod-info"]
+        assert files[limit.name]["resourceFieldRef"] == {
+            "containerName": worker["name"], "resource": "limits.cpu", "divisor": "1m"}
+        labels = env["SURPLUS_CAPACITY_AGENT_LABELS_FILE"].split()
+        assert {Path(f).name for f in labels} <= set(files)
+        gpus = (worker["resources"].get("limits") or {}).get("nvidia.com/gpu")
+        if gpus is not None:
+            assert float(env["SURPLUS_CAPACITY_AGENT_ACCELERATOR_UNITS"]) == float(gpus)
+    assert lending
 
 
 def test_opportunistic_workers_run_in_a_cpu_slice(manifests: list[dict[str, Any]]) -> None:

@@ -111,3 +111,69 @@ SURPLUS_KAFKA_SSL_KEYFILE: /etc/surplus/kafka-tls/tls.key
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+The capacity agent beside one pool's worker (a container spec; the caller adds
+restartPolicy: Always for a native sidecar). Args: root, pool (the workers.pools entry),
+grace (the pod's grace period), gpus (the pool's nvidia.com/gpu limit, or nil).
+*/}}
+{{- define "surplus.capacityAgent" -}}
+{{- $ := .root }}
+{{- $w := $.Values.workers }}
+{{- $agent := $w.capacityAgent -}}
+- name: capacity-agent
+  image: {{ include "surplus.image" $ }}
+  imagePullPolicy: {{ $.Values.image.pullPolicy }}
+  command: ["surplus"]
+  args: ["capacity-agent"]
+  env:
+    {{- include "surplus.commonEnv" $ | nindent 4 }}
+    - name: SURPLUS_CAPACITY_AGENT_WORKER_ID
+      value: "$(POD_NAME)"
+    - name: SURPLUS_CAPACITY_AGENT_POOL
+      value: {{ .pool.pool | quote }}
+    {{- with $agent.sources }}
+    - name: SURPLUS_CAPACITY_AGENT_SOURCE
+      value: {{ join " " . | quote }}
+    {{- end }}
+    - name: SURPLUS_CAPACITY_AGENT_GRACE_S
+      value: {{ .grace | quote }}
+    - name: SURPLUS_CAPACITY_AGENT_HOOK_PORT
+      value: {{ $agent.hookPort | quote }}
+    # the worker's /readyz gates the grant; each notice goes straight to it too
+    - name: SURPLUS_CAPACITY_AGENT_WORKER_URL
+      value: "http://127.0.0.1:{{ $w.port }}"
+    - name: SURPLUS_CAPACITY_AGENT_CPU_LIMIT_FILE
+      value: /etc/surplus/pod/worker-cpu-limit
+    - name: SURPLUS_CAPACITY_AGENT_LABELS_FILE
+      value: "/etc/surplus/pod/labels /etc/surplus/pod/annotations"
+    {{- $units := .gpus | default $agent.acceleratorUnits }}
+    {{- if not (kindIs "invalid" $units) }}
+    # the GPUs the device plugin gave the worker, which a sidecar does not see
+    - name: SURPLUS_CAPACITY_AGENT_ACCELERATOR_UNITS
+      value: {{ $units | quote }}
+    {{- end }}
+    {{- if not (kindIs "invalid" $agent.cpuUnits) }}
+    - name: SURPLUS_CAPACITY_AGENT_CPU_UNITS
+      value: {{ $agent.cpuUnits | quote }}
+    {{- end }}
+    - name: SURPLUS_CAPACITY_AGENT_LEASE_S
+      value: {{ $agent.leaseSeconds | quote }}
+    - name: SURPLUS_CAPACITY_AGENT_RENEW_S
+      value: {{ $agent.renewSeconds | quote }}
+    - name: SURPLUS_CAPACITY_AGENT_ON_REBALANCE
+      value: {{ $agent.onRebalance | quote }}
+    - name: SURPLUS_CAPACITY_AGENT_LOGLEVEL
+      value: {{ $agent.logLevel | quote }}
+  envFrom:
+    {{- include "surplus.kafkaEnvFrom" $ | nindent 4 }}
+  resources:
+    {{- toYaml $agent.resources | nindent 4 }}
+  securityContext:
+    {{- toYaml $.Values.securityContext | nindent 4 }}
+  volumeMounts:
+    {{- include "surplus.commonVolumeMounts" $ | nindent 4 }}
+    - name: pod-info
+      mountPath: /etc/surplus/pod
+      readOnly: true
+{{- end }}
