@@ -2,6 +2,7 @@
 
 ``run`` starts and stops every process of a demo (the pieces it plays a scenario with live in
 ``surplus.live``); ``slices`` gives each opportunistic replica a CPU slice of its grant;
-``analysis`` and ``report`` turn what was recorded into ``summary.json``, plots and
-``report.html``.
+``analysis`` (the event log and the load's files) and ``reactions`` (the workers' preemption
+histograms) read what was recorded; ``report`` turns it into ``summary.json`` and
+``report.html``, ``plots`` into its PNGs.
 """

@@ -16,7 +16,7 @@ import numpy as np
 
 from streams.replay_report import html_page
 from surplus import localkafka
-from surplus.demo import analysis, plots
+from surplus.demo import analysis, plots, reactions
 from surplus.demo.analysis import Recorded, Requests, RunInfo
 from surplus.demo.slices import Sample, busy_share
 
@@ -138,16 +138,16 @@ def summarize(info: RunInfo, rec: Recorded | None, req: Requests | None,
     out.update(_optional(info, rec, loadgen))
     out.update(_levers(info, rec, loadgen, slices or []))
     out.update(_replicas(info, loadgen))
-    buckets = analysis.reaction_buckets(metrics)
-    p99 = analysis.histogram_quantile(0.99, buckets)
+    buckets = reactions.reaction_buckets(metrics)
+    p99 = reactions.histogram_quantile(0.99, buckets)
     out["notice_to_shed_p99_ms"] = None if p99 is None else round(p99 * 1000.0, 3)
     out["notice_to_shed_reactions"] = int(buckets[-1][1]) if buckets else 0
-    mean = analysis.reaction_mean_s(metrics)
+    mean = reactions.reaction_mean_s(metrics)
     out["notice_to_shed_mean_ms"] = None if mean is None else round(mean * 1000.0, 3)
-    delivery = analysis.histogram_quantile(
-        0.99, analysis.reaction_buckets(metrics, analysis.DELIVERY))
+    delivery = reactions.histogram_quantile(
+        0.99, reactions.reaction_buckets(metrics, reactions.DELIVERY))
     out["notice_delivery_p99_ms"] = None if delivery is None else round(delivery * 1000.0, 3)
-    out["notice_paths"] = analysis.notice_paths(metrics)
+    out["notice_paths"] = reactions.notice_paths(metrics)
     out["notice_to_shed_method"] = (
         "PreemptionNotice ts_ms to optional work stopped by its first copy (Kafka or POST "
         "/v1/preempt, see notice_paths), summed over the workers' "

@@ -18,7 +18,7 @@ from schemas.contract import (
 )
 from schemas.sketch import new_sketch, to_wire
 from surplus import localkafka
-from surplus.demo import analysis
+from surplus.demo import analysis, reactions
 from surplus.demo import report as demo_report
 from surplus.demo.analysis import RunInfo, Telemetry
 
@@ -152,24 +152,24 @@ def test_capacity_on_the_books_drops_at_the_notice_not_the_deadline() -> None:
 
 def test_histogram_quantile_interpolates_like_prometheus() -> None:
     buckets = [(0.001, 0.0), (0.002, 50.0), (0.005, 100.0), (math.inf, 100.0)]
-    assert math.isclose(analysis.histogram_quantile(0.5, buckets) or 0, 0.002)
-    assert math.isclose(analysis.histogram_quantile(0.99, buckets) or 0, 0.002 + 0.003 * 0.98)
-    assert analysis.histogram_quantile(0.99, []) is None
+    assert math.isclose(reactions.histogram_quantile(0.5, buckets) or 0, 0.002)
+    assert math.isclose(reactions.histogram_quantile(0.99, buckets) or 0, 0.002 + 0.003 * 0.98)
+    assert reactions.histogram_quantile(0.99, []) is None
     over = [(0.001, 0.0), (math.inf, 4.0)]
-    assert analysis.histogram_quantile(0.99, over) == 0.001  # past the last bound: that bound
+    assert reactions.histogram_quantile(0.99, over) == 0.001  # past the last bound: that bound
 
 
 def test_reaction_buckets_sum_over_workers() -> None:
     text = ('surplus_worker_preemption_reaction_seconds_bucket{le="0.005"} 1.0\n'
             'surplus_worker_preemption_reaction_seconds_bucket{le="+Inf"} 2.0\n'
             'surplus_worker_preemptions_total 2.0\n')
-    buckets = analysis.reaction_buckets({"a": text, "b": text})
+    buckets = reactions.reaction_buckets({"a": text, "b": text})
     assert buckets == [(0.005, 2.0), (math.inf, 4.0)]
     text += ("surplus_worker_preemption_reaction_seconds_sum 0.006\n"
              "surplus_worker_preemption_reaction_seconds_count 2.0\n")
-    assert math.isclose(analysis.reaction_mean_s({"a": text, "b": text}) or 0, 0.003)
+    assert math.isclose(reactions.reaction_mean_s({"a": text, "b": text}) or 0, 0.003)
     delivery = 'surplus_worker_preemption_delivery_seconds_bucket{le="0.001"} 1.0\n'
-    assert analysis.reaction_buckets({"a": text + delivery}, analysis.DELIVERY) == [(0.001, 1.0)]
+    assert reactions.reaction_buckets({"a": text + delivery}, reactions.DELIVERY) == [(0.001, 1.0)]
 
 
 def test_notice_paths_say_which_copy_came_first_summed_over_workers() -> None:
@@ -177,9 +177,9 @@ def test_notice_paths_say_which_copy_came_first_summed_over_workers() -> None:
             'surplus_worker_preemption_notices_total{outcome="duplicate",path="kafka"} 9.0\n'
             'surplus_worker_preemption_notices_created{outcome="applied",path="http"} 1.7e9\n')
     other = 'surplus_worker_preemption_notices_total{outcome="applied",path="kafka"} 1.0\n'
-    assert analysis.notice_paths({"a": text, "b": text + other}) == {
+    assert reactions.notice_paths({"a": text, "b": text + other}) == {
         "http": {"applied": 18}, "kafka": {"applied": 1, "duplicate": 18}}
-    assert analysis.notice_paths({"a": "surplus_worker_preemptions_total 1.0\n"}) == {}
+    assert reactions.notice_paths({"a": "surplus_worker_preemptions_total 1.0\n"}) == {}
 
 
 def test_client_windows_take_only_requests_the_ranking_pool_served() -> None:
