@@ -30,12 +30,18 @@ SCHEMA_VERSION = 2
 #: own replica's share under its own lease. Only such events are v7 (`REPLICA_GRANT_VERSION`),
 #: so an older control plane refuses them (it would read one replica's share as the whole
 #: pool's) and reads the scheduler's pool-wide grants as before.
-READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7})
+#: v8 added issuers' signatures: ``key_id`` (the keyring entry that signed) on ControlTargets,
+#: PreemptionNotice, CapacityEvent and OperatorOverride, and ``signature`` on the last three
+#: (targets had one since v2). Only signed messages are v8 (`SIGNED_VERSION`): an unsigned
+#: one is written exactly as before, and an older reader refuses a signed one as an unknown
+#: version (readers upgrade first, then the issuers start signing).
+READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7, 8})
 OPERATOR_VERSION = 3
 DECISION_VERSION = 4
 POWERFUL_EXTRA_VERSION = 5
 SUPPLY_VERSION = 6
 REPLICA_GRANT_VERSION = 7
+SIGNED_VERSION = 8
 
 NonNegInt = Annotated[int, Meta(ge=0)]
 NonNegFloat = Annotated[float, Meta(ge=0.0)]
@@ -60,6 +66,18 @@ ShedReason = Literal[
     "shutdown",        # the worker is stopping
 ]
 SHED_REASONS: tuple[ShedReason, ...] = get_args(ShedReason)
+#: A keyring entry's name (`schemas.signing`): a file name in a key directory, so no slash.
+KeyId = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")]
+#: A hex HMAC-SHA256 (64 characters; the bound leaves room as targets' always had).
+Signature = Annotated[str, Meta(max_length=128)]
+
+
+def _check_signed(event: Event) -> None:
+    """A message carrying a key id is v8 or later: an older reader must refuse it by version
+    rather than read a signature it cannot check (shared by the four signed types)."""
+    if getattr(event, "key_id", UNSET) is not UNSET and event.v < SIGNED_VERSION:
+        raise ValueError(f"`key_id` is a v{SIGNED_VERSION} field: a signed message is written "
+                         f"as v{SIGNED_VERSION}")
 
 
 class Event(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -138,8 +156,13 @@ class CapacityEvent(Event, frozen=True, kw_only=True):
     replica: Name | UnsetType = UNSET
     """v7: the replica (worker id) whose share this is; left out of the encoding when unset,
     so a pool-wide event is written exactly as before v7."""
+    key_id: KeyId | UnsetType = UNSET
+    """v8: the keyring entry that signed it (`schemas.signing`); unset when unsigned."""
+    signature: Signature | UnsetType = UNSET
+    """v8: the issuer's HMAC over the event's canonical bytes; unset when unsigned."""
 
     def __post_init__(self) -> None:
+        _check_signed(self)
         if self.replica is not UNSET and self.v < REPLICA_GRANT_VERSION:
             raise ValueError(f"`replica` is a v{REPLICA_GRANT_VERSION} field: an event that "
                              f"names one is written as v{REPLICA_GRANT_VERSION}, so an older "
@@ -162,6 +185,13 @@ class PreemptionNotice(Event, frozen=True, kw_only=True):
     accelerator: Name = "any"
     accelerator_units: NonNegFloat = 0.0
     cpu_units: NonNegFloat = 0.0
+    key_id: KeyId | UnsetType = UNSET
+    """v8: the keyring entry that signed it (`schemas.signing`); unset when unsigned."""
+    signature: Signature | UnsetType = UNSET
+    """v8: the issuer's HMAC over the notice's canonical bytes; unset when unsigned."""
+
+    def __post_init__(self) -> None:
+        _check_signed(self)
 
 
 #: What keeps a lever from doing more optional work (v2): the latency SLA, the extra-work
@@ -219,7 +249,13 @@ class ControlTargets(Event, frozen=True, kw_only=True):
     sbm: SbmTarget
     reason: Literal["period", "preemption", "restart", "manual", "operator"] = "period"
     """Why these targets were issued; ``operator`` (v3): an active override shaped them."""
-    signature: Annotated[str, Meta(max_length=128)] | None = None
+    signature: Signature | None = None
+    key_id: KeyId | UnsetType = UNSET
+    """v8: the keyring entry that signed them; unset on unsigned targets and on those signed
+    before key ids (checked against every key a receiver holds)."""
+
+    def __post_init__(self) -> None:
+        _check_signed(self)
 
     @property
     def powerful_extra_candidates(self) -> int:
@@ -252,8 +288,13 @@ class OperatorOverride(Event, frozen=True, kw_only=True):
     """Hold the targets last issued (a preemption still lowers them)."""
     max_extra: Annotated[int, Meta(ge=0, le=10_000)] | None = None
     max_coverage: Fraction | None = None
+    key_id: KeyId | UnsetType = UNSET
+    """v8: the keyring entry that signed it (`schemas.signing`); unset when unsigned."""
+    signature: Signature | UnsetType = UNSET
+    """v8: the operator's HMAC over the override's canonical bytes; unset when unsigned."""
 
     def __post_init__(self) -> None:
+        _check_signed(self)
         if not self.reason.strip():
             raise ValueError("`reason` is blank: say why optional work is overridden")
         if self.action == "set" and not (self.kill or self.freeze or self.max_extra is not None
@@ -389,9 +430,9 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 __all__ = [
     "DECISION_VERSION", "EVENT_TYPES", "LIMIT_REASONS", "OPERATOR_VERSION",
     "POWERFUL_EXTRA_VERSION", "READABLE_VERSIONS", "REPLICA_GRANT_VERSION", "SCHEMA_VERSION",
-    "SHED_REASONS", "SUPPLY_VERSION", "CapacityEvent", "ControlTargets", "DeadLetter", "Event",
-    "LatencySketch", "LiftEstimate", "LiftReport", "LimitReason", "ModelKind",
-    "OperatorOverride", "OutcomeLabel", "PreemptionNotice", "ReplicaAnnouncement",
-    "ReplicaState", "RmaTarget", "RoutingOutcome", "SbmTarget", "SegmentPriority", "ShedReason",
-    "Tier", "WindowReport", "msgspec",
+    "SHED_REASONS", "SIGNED_VERSION", "SUPPLY_VERSION", "CapacityEvent", "ControlTargets",
+    "DeadLetter", "Event", "KeyId", "LatencySketch", "LiftEstimate", "LiftReport",
+    "LimitReason", "ModelKind", "OperatorOverride", "OutcomeLabel", "PreemptionNotice",
+    "ReplicaAnnouncement", "ReplicaState", "RmaTarget", "RoutingOutcome", "SbmTarget",
+    "SegmentPriority", "ShedReason", "Tier", "WindowReport", "msgspec",
 ]

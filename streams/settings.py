@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from schemas.topics import SCOPE_PARTITIONS
+
+if TYPE_CHECKING:
+    from schemas.signing import KeySource
 
 
 class ControlPlaneSettings(BaseSettings):
@@ -37,19 +41,22 @@ class ControlPlaneSettings(BaseSettings):
     #: leave the group, so its scopes wait the session timeout before another takes them.
     instance_id: str | None = Field(default=None, min_length=1, max_length=249,
                                     pattern=r"^[A-Za-z0-9._-]+$")
-    #: Shared HMAC key: when set, every ControlTargets published is signed with it
-    #: (receivers configured with the same key drop unsigned or forged targets).
+    #: Shared HMAC key: when set, every ControlTargets published is signed with it and every
+    #: capacity event, notice and override read must verify against it (id ``default``).
     signing_key: SecretStr | None = None
-    #: The same key read from a file (keeps it out of the environment and argv).
+    #: The keys from a file (one key, id ``default``) or a key directory (a file per key id,
+    #: ``active`` naming the signing one): keeps them out of the environment and argv.
     signing_key_file: Path | None = None
+    #: Seconds between re-reads of ``signing_key_file`` (a rotation needs no restart); 0: once.
+    signing_reload_s: float = Field(default=10.0, ge=0.0, le=3600.0)
 
     @field_validator("signing_key_file")
     @classmethod
     def _readable_key(cls, path: Path | None) -> Path | None:
         if path is not None:
-            from schemas.signing import load_key
+            from schemas.signing import load_keyring
 
-            load_key(path)  # ValueError names the file; pydantic names the key
+            load_keyring(path)  # ValueError names the file; pydantic names the key
         return path
 
     @model_validator(mode="after")
@@ -60,15 +67,13 @@ class ControlPlaneSettings(BaseSettings):
             raise ValueError("signing_key must not be empty")
         return self
 
-    def signing_key_bytes(self) -> bytes | None:
-        """The key to sign targets with, or None when signing is off.
+    def keys(self) -> KeySource | None:
+        """The keyring to sign targets with and check inputs against, or None when signing is
+        off. Read now: raises ValueError naming the file when it cannot be built."""
+        from schemas.signing import Keyring, KeySource
 
-        Raises ValueError naming the file when the key file cannot be read or is empty.
-        """
         if self.signing_key is not None:
-            return self.signing_key.get_secret_value().encode()
+            return KeySource.fixed(Keyring.of(self.signing_key.get_secret_value()))
         if self.signing_key_file is not None:
-            from schemas.signing import load_key
-
-            return load_key(self.signing_key_file)
+            return KeySource(self.signing_key_file)
         return None

@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings, preflight
+from surplus.cli_common import (
+    Bootstrap,
+    Prefix,
+    SigningKeyFile,
+    fail,
+    kafka_settings,
+    preflight,
+    signing_keys,
+)
 
 if TYPE_CHECKING:
     from schemas.contract import CapacityEvent, PreemptionNotice
@@ -93,6 +101,7 @@ def capacity_agent(
              "says whether it serves (and which pool), so the share is lent only then; each "
              "notice is also posted to its /v1/preempt, so it stops optional work without "
              "waiting for Kafka's delivery.")] = None,
+    signing_key_file: SigningKeyFile = None,
     bootstrap: Bootstrap = None,
     prefix: Prefix = None,
     loglevel: Annotated[str, typer.Option(help="Log level.")] = "info",
@@ -162,11 +171,12 @@ def capacity_agent(
     if not sources and not (lend and first.identity.lends):
         fail(f"nothing to do: pool {first.pool_id} is not lent (only opportunistic capacity "
              "is, and --no-lend stops it) and no --source reports reclaims")
+    keys = signing_keys(signing_key_file)
     kafka = kafka_settings(bootstrap, prefix)
     preflight(kafka, timeout_s=5.0)
     sender = EventSender(kafka, client_id=f"surplus-capacity-agent-{worker_id}")
     replica_urls = [] if worker_url is None else [worker_url]
-    direct = DirectNotices() if replica_urls else None
+    direct = DirectNotices(keys=keys) if replica_urls else None
     try:
         decider = NoticeDecider(
             Replica(worker_id=worker_id, pool_id=first.pool_id,
@@ -177,12 +187,14 @@ def capacity_agent(
         fail(str(exc))
 
     def send(notice: PreemptionNotice) -> bool:
+        if keys is not None:
+            notice = keys.sign(notice)
         if direct is not None:
             direct.send(notice, replica_urls)  # the replica first; Kafka tells the rest
         return sender.send(notice)
 
     def send_capacity(event: CapacityEvent) -> bool:
-        return sender.send(event)
+        return sender.send(event if keys is None else keys.sign(event))
 
     lending = lend and first.identity.lends
     agent = CapacityAgent(

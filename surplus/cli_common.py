@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, NoReturn
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
 
 from schemas.kafka_config import KafkaSettings
+
+if TYPE_CHECKING:
+    from schemas.signing import KeySource
 
 # The Kafka flags read the variables KafkaSettings reads, whatever the command: one name each.
 Bootstrap = Annotated[str | None, typer.Option(
@@ -18,6 +22,10 @@ Prefix = Annotated[str | None, typer.Option("--prefix", envvar="SURPLUS_KAFKA_PR
 MetricsPort = Annotated[int, typer.Option(help="Prometheus port (0 = off).")]
 MetricsHost = Annotated[str, typer.Option(
     help="Address the metrics endpoint binds (0.0.0.0 exposes it beyond this host).")]
+SigningKeyFile = Annotated[Path | None, typer.Option(
+    help="Sign what this command issues with the keyring in this key file (its key is "
+         "`default`) or key directory (a file per key id, `active` naming the signing one; "
+         "re-read while it runs). See docs/security.md.")]
 
 
 def fail(reason: str) -> NoReturn:
@@ -50,3 +58,21 @@ def kafka_settings(bootstrap: str | None = None, prefix: str | None = None) -> K
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"]) or "settings"
         fail(f"bad Kafka setting {key}: {err['msg']}")
+
+
+def signing_keys(path: Path | None, reload_s: float | None = None) -> KeySource | None:
+    """The keyring at ``path`` (None: signing off), re-read every ``reload_s`` seconds (None:
+    the default, 0: never) by a daemon thread; an unreadable one exits naming the flag."""
+    if path is None:
+        return None
+    from schemas import keywatch
+    from schemas.signing import KeySource
+
+    try:
+        keys = KeySource(path)
+    except ValueError as exc:
+        fail(f"--signing-key-file: {exc}")
+    every = keywatch.RELOAD_EVERY_S if reload_s is None else reload_s
+    if every > 0:
+        keywatch.watch(keys, every)
+    return keys

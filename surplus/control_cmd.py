@@ -42,8 +42,10 @@ def control_plane(
     data_dir: Annotated[Path, typer.Option(help="Faust local state.")] = Path(".surplus/control"),
     loglevel: Annotated[str, typer.Option(help="Log level.")] = "warning",
     signing_key_file: Annotated[Path | None, typer.Option(
-        help="Sign every ControlTargets with the HMAC key in this file "
-             "(or set $SURPLUS_CONTROL_SIGNING_KEY).")] = None,
+        help="Sign every ControlTargets, and refuse capacity events, notices and overrides "
+             "that do not verify, with the keyring in this key file or key directory (a file "
+             "per key id, `active` naming the signing one; re-read while it runs). Or set "
+             "$SURPLUS_CONTROL_SIGNING_KEY.")] = None,
     print_config: Annotated[bool, typer.Option(
         "--print-config", help="Print the control laws this would run with (every key, then "
         "each [scopes.<region>] override and what it changes) as TOML, and exit.")] = False,

@@ -10,7 +10,16 @@ from typing import Annotated
 
 import typer
 
-from surplus.cli_common import Bootstrap, MetricsHost, MetricsPort, Prefix, fail, kafka_settings
+from surplus.cli_common import (
+    Bootstrap,
+    MetricsHost,
+    MetricsPort,
+    Prefix,
+    SigningKeyFile,
+    fail,
+    kafka_settings,
+    signing_keys,
+)
 
 Urls = Annotated[list[str] | None, typer.Option(help="Worker base URL (repeatable).")]
 
@@ -39,6 +48,7 @@ def loadgen(
         "--membership/--no-membership",
         help="Route to the replicas announced on the replicas topic (needs Kafka); the "
              "--*-url lists then serve only while none is live.")] = False,
+    signing_key_file: SigningKeyFile = None,
     bootstrap: Bootstrap = None,
     prefix: Prefix = None,
 ) -> None:
@@ -65,6 +75,7 @@ def loadgen(
     if seconds <= 0 or (rate is not None and rate <= 0):
         fail("--duration and --rate must be > 0")
     settings = kafka_settings(bootstrap, prefix) if kafka else None
+    keys = signing_keys(signing_key_file)
 
     async def main() -> dict[str, object]:
         stop = asyncio.Event()
@@ -77,7 +88,7 @@ def loadgen(
             powerful_urls=list(powerful_url or []), kafka=settings, out=out,
             start_ms=start_at_ms if start_at_ms is not None else wall_ms(),
             duration_s=seconds, stop=stop, rate=rate, metrics_port=metrics_port,
-            membership=membership,
+            membership=membership, signing_key=keys,
             metrics_host=metrics_host,
             say=lambda line: typer.echo(line))
 

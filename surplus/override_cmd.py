@@ -5,6 +5,10 @@ scope is the whole override (``schemas.contract.OperatorOverride``). The control
 the scope reads it like any other input; a kill goes out as baseline-only targets at once, the
 other limits at the next period, and every override lapses at its TTL, so a cap set during an
 incident and forgotten does not hold optional work down for good.
+
+Where the control plane holds a signing key, an override is signed by the operator who sets
+it (``--signing-key-file``, the keyring's signing key): the overrides topic is the kill switch,
+so a principal that can write it but lacks the key cannot shed the fleet's optional work.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import getpass
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -19,7 +24,14 @@ import typer
 from schemas.codec import ContractError, decode, encode
 from schemas.contract import OperatorOverride
 from schemas.kafka_config import KafkaSettings
-from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings
+from surplus.cli_common import (
+    Bootstrap,
+    Prefix,
+    SigningKeyFile,
+    fail,
+    kafka_settings,
+    signing_keys,
+)
 
 override_app = typer.Typer(no_args_is_help=True,
                            help="An operator's kill switch and caps on optional work, per scope.")
@@ -97,10 +109,14 @@ def utc(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def _send(override: OperatorOverride, bootstrap: str | None, prefix: str | None) -> None:
+def _send(override: OperatorOverride, bootstrap: str | None, prefix: str | None,
+          signing_key_file: Path | None = None) -> None:
     from streams.control.override import describe
 
     settings = kafka_settings(bootstrap, prefix)
+    keys = signing_keys(signing_key_file, reload_s=0)
+    if keys is not None:
+        override = keys.sign(override)
     try:
         partition, offset = publish(settings, override)
     except (RuntimeError, ValueError) as exc:
@@ -136,6 +152,7 @@ def override_set(
         help="At most this share of requests on the powerful model.")] = None,
     ttl: Ttl = "1h",
     by: By = None,
+    signing_key_file: SigningKeyFile = None,
     bootstrap: Bootstrap = None,
     prefix: Prefix = None,
 ) -> None:
@@ -146,11 +163,12 @@ def override_set(
         fail(str(exc))
     _send(_make(scope=scope, action="set", ttl_ms=ttl_ms, reason=reason,
                 by=by or getpass.getuser(), kill=kill, freeze=freeze, max_extra=max_extra,
-                max_coverage=max_coverage), bootstrap, prefix)
+                max_coverage=max_coverage), bootstrap, prefix, signing_key_file)
 
 
 @override_app.command("clear")
 def override_clear(scope: Scope, reason: Reason, ttl: Ttl = "1d", by: By = None,
+                   signing_key_file: SigningKeyFile = None,
                    bootstrap: Bootstrap = None, prefix: Prefix = None) -> None:
     """Lift the scope's override from the next period (a clear's TTL only says how long
     `override list` shows it)."""
@@ -159,7 +177,7 @@ def override_clear(scope: Scope, reason: Reason, ttl: Ttl = "1d", by: By = None,
     except ValueError as exc:
         fail(str(exc))
     _send(_make(scope=scope, action="clear", ttl_ms=ttl_ms, reason=reason,
-                by=by or getpass.getuser()), bootstrap, prefix)
+                by=by or getpass.getuser()), bootstrap, prefix, signing_key_file)
 
 
 @override_app.command("list")

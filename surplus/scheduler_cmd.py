@@ -8,7 +8,16 @@ from typing import Annotated
 
 import typer
 
-from surplus.cli_common import Bootstrap, MetricsHost, MetricsPort, Prefix, fail, kafka_settings
+from surplus.cli_common import (
+    Bootstrap,
+    MetricsHost,
+    MetricsPort,
+    Prefix,
+    SigningKeyFile,
+    fail,
+    kafka_settings,
+    signing_keys,
+)
 
 
 def scheduler(
@@ -28,6 +37,7 @@ def scheduler(
         help="Also post each notice to the replicas it reclaims (their /v1/preempt, at the "
              "endpoints the replicas topic announces), as a platform calls a pod's preStop "
              "hook; Kafka still carries it to the fleet.")] = True,
+    signing_key_file: SigningKeyFile = None,
     bootstrap: Bootstrap = None,
     prefix: Prefix = None,
 ) -> None:
@@ -52,6 +62,7 @@ def scheduler(
             typer.echo(f"{a.at_ms / 1000:8.2f}s {a.kind:6} {a.pool_id} replicas={a.replicas}")
         return
     settings = kafka_settings(bootstrap, prefix)
+    keys = signing_keys(signing_key_file)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -62,7 +73,7 @@ def scheduler(
     try:
         runner = Scheduler(actions, settings, start,
                            say=lambda line: typer.echo(line), metrics_port=metrics_port,
-                           metrics_host=metrics_host, directory=directory)
+                           metrics_host=metrics_host, directory=directory, keys=keys)
     except OSError as exc:
         fail(f"cannot serve metrics on port {metrics_port}: {exc}")
     if directory is not None:

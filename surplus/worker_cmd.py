@@ -44,7 +44,9 @@ def worker(
                                    "config or $SURPLUS_KAFKA_BOOTSTRAP).")] = None,
     loglevel: Annotated[str, typer.Option(help="Log level.")] = "info",
     signing_key_file: Annotated[Path | None, typer.Option(
-        help="Refuse targets not signed with the HMAC key in this file.")] = None,
+        help="Refuse targets and preemption notices (Kafka and POST /v1/preempt) that do "
+             "not verify against the keyring in this key file or key directory, and sign "
+             "this replica's own SIGTERM notice; re-read while it runs.")] = None,
 ) -> None:
     """Serve rankings until SIGTERM / Ctrl-C, then finish queued work and exit cleanly."""
     from workers.runtime.config import ConfigError, load_config

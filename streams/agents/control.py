@@ -26,6 +26,7 @@ from typing import Any
 import faust
 import msgspec
 
+from schemas import keywatch
 from schemas.clock import wall_ms
 from schemas.codec import (
     ContractError,
@@ -37,14 +38,20 @@ from schemas.codec import (
 )
 from schemas.contract import ControlTargets, DeadLetter, Event, OperatorOverride, OutcomeLabel
 from schemas.kafka_config import KafkaSettings
-from schemas.signing import sign
 from schemas.topics import scope_partition
 from streams.agents import health
 from streams.agents.changelog import read_changelog
 from streams.agents.metrics import Metrics
 from streams.control.config import ControlConfig
 from streams.control.controller import ScopeController
-from streams.control.dispatch import INPUTS, RULES, Rejected, Rule, dispatch_all
+from streams.control.dispatch import (
+    INPUTS,
+    RULES,
+    Rejected,
+    Rule,
+    authenticate,
+    dispatch_all,
+)
 from streams.control.override import describe
 from streams.scopes import ScopeRegistry
 from streams.settings import ControlPlaneSettings
@@ -84,7 +91,12 @@ class ControlPlane:
                                    compacting=True, deleting=False, **raw)
         self.registry = ScopeRegistry(config)
         self.partitions = settings.partitions
-        self.signing_key = settings.signing_key_bytes()
+        #: Signs the targets published and checks the capacity events, notices and overrides
+        #: read (None: signing off); a key directory is re-read while the plane runs.
+        self.keys = settings.keys()
+        if (self.keys is not None and self.keys.path is not None
+                and settings.signing_reload_s > 0):
+            keywatch.watch(self.keys, settings.signing_reload_s)
         self._restoring: dict[int, asyncio.Event] = {}
         self.agents = {logical: app.agent(app.topic(kafka.topic(logical), **raw),
                                           name=f"surplus-control-{logical}")(
@@ -143,6 +155,7 @@ class ControlPlane:
                 # the decision is held); elsewhere it would start a second controller.
                 raise Rejected("wrong_partition", f"label of scope {label.scope!r} on "
                                                   f"partition {partition}, not {want}")
+        authenticate(rule, values, None if self.keys is None else self.keys.check)
 
         def controller_for(key: str) -> ScopeController:
             return self.registry.get(key, partition).controller
@@ -202,8 +215,8 @@ class ControlPlane:
                 await self.ticks.send(value=tick, partition=tp.partition)
 
     async def _publish(self, targets: ControlTargets) -> None:
-        if self.signing_key is not None:
-            targets = sign(targets, self.signing_key)
+        if self.keys is not None:
+            targets = self.keys.sign(targets)
         delivery = await self.targets.send(key=targets.scope.encode(), value=encode(targets))
         self.metrics.observe_targets(targets)
         if isinstance(delivery, asyncio.Future):  # Faust's send returns the broker's answer

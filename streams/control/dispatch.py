@@ -15,7 +15,10 @@ the event. Live (``streams.agents.control``), in offline replay and in the fleet
    refuses it (unlike
    sketches, too many pools, another scope: ``REFUSALS``) refuses the event, the exception's
    class name its reason;
-4. a preemption or an operator's kill gives targets to publish at once (``Rule.publishes``:
+4. with a keyring (live only), a message of a topic whose issuers sign (``Rule.signed``:
+   capacity, preemption, overrides) is refused unless it verifies (``authenticate``:
+   ``unsigned``, ``unknown_key``, ``bad_signature``), before any controller sees it;
+5. a preemption or an operator's kill gives targets to publish at once (``Rule.publishes``:
    the fast path); capacity, preemption and overrides change state that must survive a
    restart (``Rule.durable``), which an agent persists before it publishes what they produced.
 
@@ -85,19 +88,21 @@ class Rule:
     """The event changes state that must survive a restart: persist it before publishing."""
     key: Callable[[Any], str] | None = None
     """What the message key may equal besides the scope (a single label's request id)."""
+    signed: bool = False
+    """Its issuers sign it (`schemas.signing`): with a keyring, only what verifies is taken."""
 
 
 RULES: dict[str, Rule] = {rule.topic: rule for rule in (
     Rule("telemetry", WindowReport, attrgetter("region"), ScopeController.on_report,
          publishes=False, durable=False),
     Rule("capacity", CapacityEvent, attrgetter("region"), ScopeController.on_capacity,
-         publishes=False, durable=True),
+         publishes=False, durable=True, signed=True),
     Rule("preemption", PreemptionNotice, attrgetter("region"), ScopeController.on_preemption,
-         publishes=True, durable=True),
+         publishes=True, durable=True, signed=True),
     Rule("outcomes", RoutingOutcome, attrgetter("scope"), ScopeController.on_outcome,
          publishes=False, durable=False),
     Rule("overrides", OperatorOverride, attrgetter("scope"), ScopeController.on_override,
-         publishes=True, durable=True),
+         publishes=True, durable=True, signed=True),
     Rule("labels", OutcomeLabel, attrgetter("scope"), ScopeController.on_label,
          publishes=False, durable=False, key=attrgetter("request_id")),
 )}
@@ -127,6 +132,20 @@ def _mismatch(rule: Rule, key: str | None, value: Any, scope: str) -> Rejected:
 def refused(exc: Exception) -> Rejected:
     """The refusal a controller's exception (one of ``REFUSALS``) stands for."""
     return Rejected(type(exc).__name__, str(exc))
+
+
+def authenticate(rule: Rule, values: Sequence[Any],
+                 check: Callable[[Any], str | None] | None) -> None:
+    """Refuse the message unless every value verifies (``check``: `Keyring.check`, giving the
+    refusal reason or None); nothing to do for a topic nobody signs or without a keyring."""
+    if check is None or not rule.signed:
+        return
+    for value in values:
+        refusal = check(value)
+        if refusal is not None:
+            key_id = getattr(value, "key_id", None)
+            named = key_id if isinstance(key_id, str) else "none"
+            raise Rejected(refusal, f"{type(value).__name__}: {refusal} (key id {named})")
 
 
 def dispatch(rule: Rule, key: str | None, value: Any, controller_for: ControllerFor,

@@ -47,6 +47,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from schemas.clock import wall_ms
 from schemas.heap import freeze_startup_heap
 from schemas.kafka_config import KafkaSettings
+from schemas.signing import KeySource
 from sim.engine import add_truth, true_lift
 from sim.scenario import RegionConfig, Scenario, SegmentConfig
 from sim.traces import arrival_counts
@@ -449,7 +450,7 @@ async def run_loadgen(scenario: Scenario, region: RegionConfig, base_dir: Path, 
                       kafka: KafkaSettings | None, out: Path, start_ms: int,
                       duration_s: float, stop: asyncio.Event, rate: float | None = None,
                       metrics_port: int = 0, metrics_host: str = "127.0.0.1",
-                      membership: bool = False,
+                      membership: bool = False, signing_key: KeySource | None = None,
                       say: Callable[[str], None] = print) -> dict[str, Any]:
     """Build the client and the arrivals, run them, return the summary (also in ``out``).
 
@@ -459,7 +460,7 @@ async def run_loadgen(scenario: Scenario, region: RegionConfig, base_dir: Path, 
     offsets = arrival_offsets_ms(region, scenario, base_dir, duration_s, rate)
     config = client_config(scenario, region, baseline_urls, powerful_urls, membership)
     holder: dict[str, LoadGenerator] = {}
-    client = RankingClient(config, kafka)
+    client = RankingClient(config, kafka, signing_key=signing_key)
     await client.start()
     try:
         first = baseline_urls[0] if baseline_urls else await _first_announced(client, 60.0)

@@ -11,6 +11,9 @@ A notice also goes straight to the replicas it reclaims, ``POST /v1/preempt`` on
 endpoints their membership announces (``ReplicaDirectory``, ``workers.capacity.direct``), as
 Kubernetes calls a pod's preStop hook: they stop optional work without waiting for Kafka's
 delivery, and apply the Kafka copy that follows as a duplicate.
+
+With a keyring every grant, revoke and notice is signed before it leaves (and each direct post
+carries its request signature), so receivers holding the key take them.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from schemas.clock import wall_ms
 from schemas.codec import encode
 from schemas.contract import PreemptionNotice, ReplicaAnnouncement
 from schemas.kafka_config import KafkaSettings
+from schemas.signing import KeySource
 from sim.schedule import Action, Outbox
 from workers.capacity.direct import DirectNotices
 from workers.client.feed import MembershipFeed
@@ -89,11 +93,15 @@ class Scheduler:
     def __init__(self, actions: list[Action], kafka: KafkaSettings, start_ms: int, *,
                  say: Callable[[str], None] = print, metrics_port: int = 0,
                  metrics_host: str = "127.0.0.1",
-                 directory: ReplicaDirectory | None = None) -> None:
-        """``directory``: post each notice to the replicas it reclaims too (None: Kafka only)."""
+                 directory: ReplicaDirectory | None = None,
+                 keys: KeySource | None = None) -> None:
+        """``directory``: post each notice to the replicas it reclaims too (None: Kafka only).
+        ``keys``: sign every message with this keyring (None: unsigned)."""
         self.actions = actions
+        self.keys = keys
         #: Where to post notices, and the poster (None: Kafka only).
-        self._direct = None if directory is None else (directory, DirectNotices(warn=say))
+        self._direct = None if directory is None else (directory,
+                                                       DirectNotices(warn=say, keys=keys))
         self.kafka = kafka
         self.start_ms = start_ms
         self.say = say
@@ -135,6 +143,8 @@ class Scheduler:
     def _send(self, action: Action) -> None:
         now = wall_ms()
         event = self._outbox.stamp(action, now)
+        if self.keys is not None:
+            event = self.keys.sign(event)
         if self._direct is not None and isinstance(event, PreemptionNotice):
             directory, poster = self._direct
             poster.send(event, directory.urls(event))  # on its threads; Kafka's copy next

@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from schemas.clock import wall_ms
 from schemas.contract import CapacityEvent
 from schemas.kafka_config import KafkaSettings
+from schemas.signing import sign
 from surplus import localkafka
 from tests.integration.harness import Proc, publish
 
@@ -152,13 +153,16 @@ class ControlProc(Proc):
 
 
 def grant(kafka: KafkaSettings, pool_id: str, units: float = 8.0, cpu: float = 64.0,
-          event_id: str | None = None, region: str = REGION) -> None:
-    """The scheduler's grant of opportunistic capacity to `pool_id` for ten minutes."""
+          event_id: str | None = None, region: str = REGION,
+          key: bytes | None = None) -> None:
+    """The scheduler's grant of opportunistic capacity to `pool_id` for ten minutes (signed
+    with ``key`` where the control plane holds one)."""
     now = wall_ms()
-    publish(kafka, "capacity", [(region, CapacityEvent(
+    event = CapacityEvent(
         event_id=event_id or f"grant-{pool_id}-{now}", ts_ms=now, region=region,
         pool_id=pool_id, kind="grant", accelerator="a100", accelerator_units=units,
-        cpu_units=cpu, expires_at_ms=now + 600_000))])
+        cpu_units=cpu, expires_at_ms=now + 600_000)
+    publish(kafka, "capacity", [(region, event if key is None else sign(event, key))])
 
 
 def scrape(url: str) -> dict[str, float]:

@@ -8,6 +8,10 @@ the scheduler that lent it) can also tell the replica itself, over HTTP, as Kube
 pod's preStop hook. The replica applies whichever copy comes first and counts the other as a
 ``duplicate`` (``Worker.on_preemption``), so the two paths never stop it twice.
 
+With a keyring (``keys``) each post carries the headers that authenticate its body at the time
+it leaves (`schemas.signing.Keyring.sign_request`): a replica holding the key refuses a
+notice without them, so the address it comes from is not all that vouches for it.
+
 ``DirectNotices.send`` hands each post to a small thread pool and returns at once: the Kafka
 send behind it is not held up, and a replica that does not answer (it is being torn down, it
 was never up) costs one log line per replica and change, never an exception; it still has the
@@ -24,8 +28,10 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from urllib.parse import urlsplit
 
+from schemas.clock import wall_ms
 from schemas.codec import encode
 from schemas.contract import PreemptionNotice
+from schemas.signing import KeySource
 from workers.api import NOTICE_PATH
 from workers.capacity.quiet import OncePerChange
 
@@ -36,8 +42,12 @@ class DirectNotices:
     """Posts notices to replica base URLs (``http://host:port``) on ``threads`` threads."""
 
     def __init__(self, *, timeout_s: float = 1.0, threads: int = 4,
-                 warn: Callable[[str], None] = log.warning) -> None:
+                 warn: Callable[[str], None] = log.warning,
+                 keys: KeySource | None = None) -> None:
+        """``keys``: sign each post's body in its headers (None: unsigned, as to a replica
+        that holds no key)."""
         self.timeout_s = timeout_s
+        self.keys = keys
         self._log = OncePerChange(warn)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="direct-notice")
         self._lock = threading.Lock()
@@ -48,19 +58,22 @@ class DirectNotices:
     def send(self, notice: PreemptionNotice, urls: Iterable[str]) -> list[Future[str]]:
         """Post ``notice`` to every URL; the futures give each post's outcome."""
         body = encode(notice)
-        return [self._pool.submit(self._post, url, body) for url in urls]
+        headers = {"Content-Type": "application/json"}
+        if self.keys is not None:
+            headers.update(self.keys.ring.sign_request(body, wall_ms()))
+        return [self._pool.submit(self._post, url, body, headers) for url in urls]
 
     def close(self, wait: bool = True) -> None:
         self._pool.shutdown(wait=wait, cancel_futures=not wait)
 
-    def _post(self, url: str, body: bytes) -> str:
+    def _post(self, url: str, body: bytes, headers: dict[str, str]) -> str:
         parts = urlsplit(url)
         cls = (http.client.HTTPSConnection if parts.scheme == "https"
                else http.client.HTTPConnection)
         conn = cls(parts.hostname or "127.0.0.1", parts.port, timeout=self.timeout_s)
         try:
             conn.request("POST", parts.path.rstrip("/") + NOTICE_PATH, body=body,
-                         headers={"Content-Type": "application/json"})
+                         headers=headers)
             response = conn.getresponse()
             payload = response.read()
             if response.status == 200:

@@ -43,6 +43,7 @@ from schemas.contract import (
 )
 from schemas.kafka_clients import KafkaError, Producer
 from schemas.kafka_config import KafkaSettings
+from schemas.signing import Keyring, KeySource
 from schemas.topics import scope_partition, spec
 from workers.api import Candidate, RankRequest, RankResponse
 from workers.client.config import ClientConfig
@@ -96,7 +97,7 @@ class RankingClient:
     """
 
     def __init__(self, config: ClientConfig, kafka: KafkaSettings | None = None, *,
-                 signing_key: bytes | str | None = None,
+                 signing_key: KeySource | Keyring | bytes | str | None = None,
                  outcome_value: OutcomeValue | None = None,
                  clock: Callable[[], int] = wall_ms) -> None:
         """
@@ -105,8 +106,10 @@ class RankingClient:
         :param kafka: the cluster to follow targets (and, with ``config.membership``, the
             replicas) from and to publish decision records and labels to. None: no Kafka; the
             client serves baseline only unless targets are given with `apply_targets`.
-        :param signing_key: the HMAC key the control plane signs targets with; given, unsigned
-            or forged targets are dropped and counted. None accepts unsigned targets.
+        :param signing_key: the keyring (or one HMAC key, id ``default``) the control plane
+            signs targets with; given, targets unsigned, under an unknown key id or forged are
+            dropped, counted and dead-lettered. A `KeySource` follows a rotation as it
+            reloads. None accepts unsigned targets.
         :param outcome_value: for a service that knows a request's value when it is served:
             called with the request and the response, its value goes into the decision record
             and the router learns from it at once (no `label` needed).
@@ -154,7 +157,7 @@ class RankingClient:
                                                 **{"client.id": "surplus-ranking-client"})
         self._flusher = asyncio.create_task(self._flush_every())
         self._feed = TargetsFeed(self.kafka, self.config.scope, self._from_feed,
-                                 self._send_dead_letter)
+                                 self._send_dead_letter, check=self.decider.targets.verifier)
         self._feed.start()
         if self.membership is not None:
             self._membership_feed = MembershipFeed(self.kafka, self.config.scope,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from schemas.contract import ControlTargets
-from schemas.signing import verifier
+from schemas.signing import Keyring, KeySource, verifier
 from workers.client.config import ClientConfig
 from workers.policy.admission import marginal_extra_value
 from workers.policy.client_shed import BudgetBucket, ClientShedder, ServerSignals, extra_candidates
@@ -50,9 +50,14 @@ def logged_propensity(chosen: Model, chosen_p: float, served: Model) -> float:
 class Decider:
     """Targets + router + shedder + budget for one client; every decision is counted."""
 
-    def __init__(self, config: ClientConfig, signing_key: bytes | str | None = None) -> None:
+    def __init__(self, config: ClientConfig,
+                 signing_key: KeySource | Keyring | bytes | str | None = None) -> None:
+        """``signing_key``: the keyring targets must verify against (a `KeySource` is read
+        at each check, so a rotation reaches the client as the source reloads; a bare key is
+        id ``default``); None accepts unsigned targets."""
         self.config = config
-        check = None if signing_key is None else verifier(signing_key)
+        check = (None if signing_key is None else signing_key.check
+                 if isinstance(signing_key, KeySource) else verifier(signing_key))
         self.targets = TargetState(config.scope, config.limits, check)
         self.router = SbmRouter(config.router, config.seed)
         #: One allowance per pool: a pool's load signals cut the optional work sent to it only

@@ -122,10 +122,16 @@ class TargetsFeed(CompactedFeed):
 
     def __init__(self, kafka: KafkaSettings, scope: str,
                  deliver: Callable[[ControlTargets], None],
-                 dead_letter: DeadLetterSink | None = None, poll_timeout_s: float = 0.1) -> None:
+                 dead_letter: DeadLetterSink | None = None, poll_timeout_s: float = 0.1, *,
+                 check: Callable[[ControlTargets], str | None] | None = None) -> None:
+        """``check``: with a signing key, why targets do not verify (`Keyring.check`), or None;
+        those that do not are dead-lettered with that reason here, where their offset is
+        known, and still delivered: the target state refuses them and counts the verdict,
+        the one place the client counts targets by verdict."""
         super().__init__(kafka, scope, dead_letter, poll_timeout_s)
         self._key = scope.encode()
         self._deliver = deliver
+        self._check = check
         self._codec = codec_for(ControlTargets)
 
     def _handle(self, msg: Message) -> None:
@@ -143,6 +149,10 @@ class TargetsFeed(CompactedFeed):
             self._bump("decode_error")
             self._send_dead_letter(msg, value, str(exc))
             return
+        refusal = None if self._check is None else self._check(targets)
+        if refusal is not None:
+            key_id = targets.key_id if isinstance(targets.key_id, str) else "none"
+            self._send_dead_letter(msg, value, f"ControlTargets: {refusal} (key id {key_id})")
         self._bump("received")
         self._deliver(targets)
 

@@ -59,7 +59,8 @@ class ReplicaPolicy:
     calls it under one lock."""
 
     def __init__(self, *, pool_id: str, worker_id: str, region: str, limits: LocalLimits,
-                 started_ms: int, verifier: Callable[[ControlTargets], bool] | None = None,
+                 started_ms: int,
+                 verifier: Callable[[ControlTargets], str | None] | None = None,
                  budget_share: float = 1.0, notice_memory: int = 1024) -> None:
         """``started_ms``: when this replica started (wall clock); a notice issued before it
         was about an earlier incarnation."""

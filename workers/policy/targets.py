@@ -69,7 +69,8 @@ NO_TARGETS = baseline_only("no_targets")
 #: Genuine targets the clock offset to their sender is estimated over.
 OFFSET_SAMPLES = 64
 #: Rejections that say a target may not come from the control plane at all: no clock evidence.
-UNAUTHENTIC = frozenset({"wrong_scope", "unsigned", "bad_signature", "out_of_range"})
+UNAUTHENTIC = frozenset({"wrong_scope", "unsigned", "unknown_key", "bad_signature",
+                         "out_of_range"})
 
 ACCEPTED = "applied"
 CLAMPED = "clamped"
@@ -79,7 +80,7 @@ class TargetState:
     """The targets one receiver holds for one scope, with fail-safe expiry and preemption."""
 
     def __init__(self, scope: str, limits: LocalLimits,
-                 verifier: Callable[[ControlTargets], bool] | None = None) -> None:
+                 verifier: Callable[[ControlTargets], str | None] | None = None) -> None:
         self.scope = scope
         self.limits = limits
         self.verifier = verifier
@@ -177,10 +178,9 @@ class TargetState:
         if targets.scope != self.scope:
             return "wrong_scope"
         if self.verifier is not None:
-            if targets.signature is None:
-                return "unsigned"
-            if not self.verifier(targets):
-                return "bad_signature"
+            refusal = self.verifier(targets)   # unsigned, unknown_key, bad_signature
+            if refusal is not None:
+                return refusal
         if not _in_range(targets):
             return "out_of_range"
         if self.held is not None and targets.epoch <= self.held.epoch:

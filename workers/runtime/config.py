@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from schemas.contract import Tier
 from schemas.kafka_config import KafkaSettings
-from schemas.signing import load_key
+from schemas.signing import Keyring, KeySource
 from workers.policy.admission import AdmissionConfig
 from workers.policy.replica import serves_whole_requests
 from workers.policy.targets import LocalLimits
@@ -71,10 +71,18 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     shutdown_grace_s: Annotated[float, Meta(gt=0.0, le=3600.0)] = 30.0
     #: Accelerator units this replica holds: what its own notice takes off its pool's grant.
     accelerator_units: Annotated[float, Meta(ge=0.0, le=1024.0)] = 1.0
-    #: Shared HMAC key: when set, unsigned or forged targets are refused.
+    #: Shared HMAC key: when set, unsigned or forged targets and notices (Kafka and
+    #: ``POST /v1/preempt``) are refused, and this replica's own SIGTERM notice is signed.
     targets_signing_key: str | None = None
-    #: The same key read from a file (``surplus worker --signing-key-file``).
+    #: The keys read from a file (one key, id ``default``) or a key directory (one file per
+    #: key id, ``active`` naming the signing one; ``surplus worker --signing-key-file``).
     targets_signing_key_file: str | None = None
+    #: Seconds between re-reads of ``targets_signing_key_file`` (a rotation needs no
+    #: restart); 0: read once at start.
+    signing_reload_s: Annotated[float, Meta(ge=0.0, le=3600.0)] = 10.0
+    #: With a key: a signed ``POST /v1/preempt`` is refused when the time it was signed at
+    #: is further than this from now either way (a replayed request, or a clock far off).
+    notice_request_window_s: Annotated[float, Meta(gt=0.0, le=3600.0)] = 30.0
     #: The base URL clients reach this replica at, announced on the replicas topic (default:
     #: ``http://{host}:{bound port}``, the host name where it binds every address).
     advertise_url: Annotated[str, Meta(pattern=r"^https?://", max_length=500)] | None = None
@@ -117,21 +125,23 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
                 raise ConfigError(f"bad worker config at `notice_from[{i}]`: {exc}") from None
         return tuple(nets)
 
-    def signing_key(self) -> bytes | None:
-        """The key targets must be signed with, or None when signatures are not checked."""
+    def keys(self) -> KeySource | None:
+        """The keyring targets and notices must be signed with (and this replica signs its
+        own notice with), or None when signatures are not checked. A key file or directory
+        that cannot be read stops the worker at start, naming the key and the file."""
         if self.targets_signing_key is not None and self.targets_signing_key_file is not None:
             raise ConfigError("bad worker config at `targets_signing_key_file`: give it or "
                               "`targets_signing_key`, not both")
         if self.targets_signing_key_file is not None:
             try:
-                return load_key(self.targets_signing_key_file)
+                return KeySource(self.targets_signing_key_file)
             except ValueError as exc:
                 raise ConfigError(f"bad worker config at `targets_signing_key_file`: "
                                   f"{exc}") from None
         if self.targets_signing_key is not None:
             if not self.targets_signing_key:
                 raise ConfigError("bad worker config at `targets_signing_key`: empty key")
-            return self.targets_signing_key.encode()
+            return KeySource.fixed(Keyring.of(self.targets_signing_key))
         return None
 
     def kafka_settings(self) -> KafkaSettings | None:
@@ -182,7 +192,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     except msgspec.ValidationError as exc:
         raise ConfigError(f"bad worker config: {exc}") from None
     config.kafka_settings()  # fail now, not when the first Kafka client starts
-    config.signing_key()
+    config.keys()
     config.notice_networks()
     _check_backend(config)
     if config.model.path is not None and not Path(config.model.path).is_file():

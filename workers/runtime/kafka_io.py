@@ -15,10 +15,12 @@
 - **Telemetry publisher**: every report interval a `WindowReport`, keyed by scope (the region,
   like every input topic, so the control-plane process owning a scope gets all of its inputs).
 
-Undecodable messages go to the dead-letter topic with the reason and their source
-topic/partition/offset. When the brokers are unreachable nothing on the request path waits for
-Kafka: the worker keeps serving baseline, held targets expire to baseline only by their TTL,
-the outage is counted, and librdkafka reconnects by itself when the brokers return.
+Undecodable messages, and with a signing key targets and notices that do not verify (unsigned,
+an unknown key id, a bad signature: `schemas.signing`), go to the dead-letter topic with the
+reason and their source topic/partition/offset. When the brokers are unreachable nothing on
+the request path waits for Kafka: the worker keeps serving baseline, held targets expire to
+baseline only by their TTL, the outage is counted, and librdkafka reconnects by itself when
+the brokers return.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from schemas import kafka_clients
+from schemas import kafka_clients, signing
 from schemas.clock import wall_ms, wall_ms_fine
 from schemas.codec import ContractError, codec_for, encode
 from schemas.contract import ControlTargets, DeadLetter, PreemptionNotice, ReplicaAnnouncement
@@ -114,6 +116,20 @@ class DeadLetterSink:
         self._producer.produce(self._topic, key=source.encode(), value=encode(letter))
         self._metrics.deadletters.labels(source).inc()
         log.warning("dead-lettered %s[%s]@%s: %s", source, msg.partition(), msg.offset(), reason)
+
+    def send_request(self, source: str, body: bytes, reason: str) -> None:
+        """A request nobody may act on (a ``POST /v1/preempt`` refused for its signature),
+        kept as a message would be; no partition or offset (-1), ``source`` names the path."""
+        letter = DeadLetter(
+            ts_ms=self._clock_ms(), source_topic=source, partition=-1, offset=-1,
+            reason=reason[:2000], value_b64=_b64(body) or "")
+        try:
+            self._producer.produce(self._topic, key=source.encode(), value=encode(letter))
+        except BufferError:  # the brokers are away; the refusal is still counted
+            return
+        self._producer.poll(0)
+        self._metrics.deadletters.labels(source).inc()
+        log.warning("dead-lettered a request to %s: %s", source, reason)
 
 
 def _b64(data: bytes | None) -> str | None:
@@ -237,7 +253,12 @@ class TargetsSubscriber(_Subscriber):
         except ContractError as exc:
             self.io.deadletters.send(msg, str(exc))
             return "deadletter"
-        return self.worker.offer_targets(targets).reason
+        verdict = self.worker.offer_targets(targets).reason
+        if verdict in signing.REFUSALS:
+            self.io.deadletters.send(msg, f"ControlTargets: {verdict} (key id "
+                                          f"{_key_id(targets)}; keys held "
+                                          f"{_held(self.worker)})")
+        return verdict
 
 
 class PreemptionSubscriber(_Subscriber):
@@ -274,7 +295,24 @@ class PreemptionSubscriber(_Subscriber):
         except ContractError as exc:
             self.io.deadletters.send(msg, str(exc))
             return "deadletter"
+        refusal = self.worker.notice_refusal(notice, path="kafka")
+        if refusal is not None:
+            self.io.deadletters.send(msg, f"PreemptionNotice: {refusal} (key id "
+                                          f"{_key_id(notice)}; keys held "
+                                          f"{_held(self.worker)})")
+            return refusal
         return self.worker.on_preemption(notice, path="kafka", read_ms=read_ms)
+
+
+def _key_id(event: signing.SignedEvent) -> str:
+    """The key id a message names, for a dead letter's reason ("none" when it names none)."""
+    key_id = event.key_id
+    return key_id if isinstance(key_id, str) else "none"
+
+
+def _held(worker: Worker) -> str:
+    keys = worker.keys
+    return "none" if keys is None else ", ".join(keys.ring.key_ids)
 
 
 class TelemetryPublisher(threading.Thread):

@@ -111,7 +111,9 @@ class WorkerMetrics:
         self.notices = Counter("surplus_worker_preemption_notices",
                                "Preemption notices read, by the path they came by (kafka, "
                                "http) and what they did (applied, duplicate: the other path "
-                               "was first, not_mine, stale)", ["path", "outcome"], registry=reg)
+                               "was first, not_mine, stale; refused for their signature: "
+                               "unsigned, unknown_key, bad_signature, stale_request)",
+                               ["path", "outcome"], registry=reg)
         self.kafka_outages = Counter("surplus_worker_kafka_outages",
                                      "Times the worker lost its Kafka brokers", registry=reg)
         self.kafka_up = Gauge("surplus_worker_kafka_up", "1 while Kafka answers", registry=reg)

@@ -156,7 +156,13 @@ async def _preempt(request: web.Request) -> web.Response:
     agent, the scheduler that lent it): the same rule as a notice read from Kafka
     (`Worker.on_preemption`), without the broker's delivery in between. 200 with the
     outcome (``applied``, or ``duplicate`` when the Kafka copy was first, ``not_mine``,
-    ``stale``); 403 from outside ``notice_from``; 400 naming what is wrong with the body."""
+    ``stale``); 403 from outside ``notice_from``; 400 naming what is wrong with the body.
+
+    With a signing key the address is not enough: the request's headers must sign its body
+    with a key of the ring, at a time within ``notice_request_window_s`` (no replay), and the
+    notice must carry its issuer's signature (`Worker.notice_refusal`); otherwise 401 naming
+    the reason (``unsigned``, ``unknown_key``, ``bad_signature``, ``stale_request``), counted
+    and dead-lettered."""
     read_ms = wall_ms_fine()
     worker = request.app[WORKER_KEY]
     remote = request.remote or ""
@@ -170,6 +176,15 @@ async def _preempt(request: web.Request) -> web.Response:
         notice = _notice_codec.decode(body)
     except ContractError as exc:
         return _json_response(worker, 400, {"error": str(exc)})
+    refusal = worker.notice_refusal(notice, path="http", headers=request.headers, body=body)
+    if refusal is not None:
+        if worker.kafka is not None:
+            worker.kafka.deadletters.send_request(
+                f"http:{NOTICE_PATH}", body,
+                f"PreemptionNotice from {remote}: {refusal}")
+        return _json_response(worker, 401, {
+            "error": f"preemption notice refused: {refusal} (sign it with a key this replica "
+                     f"holds: see docs/security.md)", "refused": refusal})
     outcome = worker.on_preemption(notice, path="http", read_ms=read_ms)
     return _json_response(worker, 200, {"outcome": outcome, "notice_id": notice.notice_id})
 

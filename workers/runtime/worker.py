@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from schemas import signing
+from schemas import keywatch
 from schemas.clock import wall_ms, wall_ms_fine
 from schemas.contract import ControlTargets, PreemptionNotice, WindowReport
 from workers.api import RankResponse, ServerState
@@ -74,8 +74,17 @@ class ServedModel(Scorer, Protocol):
     source: str
 
 
+class DeadLetters(Protocol):
+    """Where a refused request is kept (``kafka_io.DeadLetterSink``)."""
+
+    def send_request(self, source: str, body: bytes, reason: str) -> None: ...
+
+
 class KafkaLink(Protocol):
     """What the worker needs from its Kafka I/O (see ``kafka_io.KafkaIO``)."""
+
+    @property
+    def deadletters(self) -> DeadLetters: ...
 
     def readiness(self) -> tuple[bool, dict[str, Any]]: ...
 
@@ -96,11 +105,13 @@ class Worker:
             batch_wait_ms=config.batching.max_wait_ms)
         self.batcher = Batcher(_NotLoaded(), self.admission, config.batching,
                                on_batch=self._on_batch, clock_ms=monotonic_ms)
-        key = config.signing_key()
+        #: The keyring targets and notices must verify against (None: signatures off).
+        self.keys = config.keys()
+        self._keys_stop = threading.Event()
         self.policy = ReplicaPolicy(pool_id=config.pool, worker_id=config.worker_id,
                                     region=config.region, limits=config.limits,
                                     started_ms=clock_ms(),
-                                    verifier=signing.verifier(key) if key else None,
+                                    verifier=self.keys.check if self.keys else None,
                                     budget_share=config.budget_share)
         self._targets_lock = threading.Lock()
         self.metrics = WorkerMetrics(self.snapshot)
@@ -138,6 +149,8 @@ class Worker:
         self.batcher.scorer = loaded
         self.model = loaded
         self.batcher.start()
+        if self.keys is not None and self.keys.path is not None and self.config.signing_reload_s:
+            keywatch.watch(self.keys, self.config.signing_reload_s, self._keys_stop)
 
     def begin_shutdown(self) -> PreemptionNotice:
         """SIGTERM's first steps, at once: not ready (new requests are refused), then optional
@@ -152,6 +165,8 @@ class Worker:
             pool_id=cfg.pool, replicas=[cfg.worker_id],
             deadline_ms=now + int(cfg.shutdown_grace_s * 1000), accelerator=cfg.accelerator,
             accelerator_units=cfg.accelerator_units)
+        if self.keys is not None:
+            notice = self.keys.sign(notice)
         self._stop_optional(notice)  # not a reclaim reaction: kept out of its metrics
         self._drain_changed()
         return notice
@@ -160,6 +175,7 @@ class Worker:
         """Refuse new work, serve what is queued (baseline only once optional work stopped),
         stop the inference thread; waits at most ``timeout_s``."""
         self.stopping = True
+        self._keys_stop.set()
         await asyncio.to_thread(self.batcher.stop, timeout_s)
         close = getattr(self.model, "close", None)  # a model server's pooled connections
         if close is not None and not self.batcher.running:
@@ -334,6 +350,26 @@ class Worker:
             self.draining_deadline_ms = None
             self._drain_changed()
         return verdict
+
+    def notice_refusal(self, notice: PreemptionNotice, *, path: NoticePath = "kafka",
+                       headers: Mapping[str, str] | None = None, body: bytes = b"") -> str | None:
+        """Why a notice must not be acted on for its signature, counted under its path; None
+        when signatures are off or it verifies. A notice only stops optional work, but a
+        forged one could stop it on every replica at once. By ``POST /v1/preempt`` the
+        request's own headers must sign its body within ``notice_request_window_s`` (a
+        recorded request replayed later is refused) and the notice its issuer's signature."""
+        if self.keys is None:
+            return None
+        refusal = None
+        if path == "http":
+            refusal = self.keys.ring.check_request(
+                headers or {}, body, self.clock_ms(),
+                int(self.config.notice_request_window_s * 1000))
+        if refusal is None:
+            refusal = self.keys.check(notice)
+        if refusal is not None:
+            self.metrics.notices.labels(path, refusal).inc()
+        return refusal
 
     def on_preemption(self, notice: PreemptionNotice, *, path: NoticePath = "kafka",
                       read_ms: float | None = None) -> NoticeOutcome:
