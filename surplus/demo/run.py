@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import tempfile
@@ -204,6 +205,7 @@ class Demo:
         shutil.rmtree(self.out / "loadgen", ignore_errors=True)
         shutil.rmtree(self.out / "logs", ignore_errors=True)
         (self.out / "control.toml").write_text(plan.control_toml(self.scenario))
+        self.keys = self._signing_keys()
         free = localkafka.free_port
         self.ports = Ports(control=free(), scheduler=free(), loadgen=free(),
                            workers={r.worker_id: free() for r in self.replicas})
@@ -249,6 +251,21 @@ class Demo:
         assert self.kafka is not None
         return ["--bootstrap", self.kafka.bootstrap, "--prefix", self.kafka.prefix]
 
+    def _signing_keys(self) -> Path:
+        """A key of this run's own, in a key directory every process is given: the control
+        plane signs targets and checks the scheduler's grants and notices, the scheduler
+        signs them, workers and the load's client check all they read (docs/security.md)."""
+        keys = self.out / "keys"
+        shutil.rmtree(keys, ignore_errors=True)
+        keys.mkdir(parents=True)
+        key = keys / "demo"
+        key.write_text(secrets.token_hex(32))
+        key.chmod(0o600)
+        return keys
+
+    def _signing_args(self) -> list[str]:
+        return ["--signing-key-file", str(self.keys)]
+
     # -- processes -------------------------------------------------------------------------
 
     def _start(self, name: str, args: list[str], program: list[str] | None = None) -> Child:
@@ -268,7 +285,7 @@ class Demo:
             "control-plane", *self._kafka_args(), "--config", str(self.out / "control.toml"),
             "--app-id", APP_ID, "--partitions", str(SCOPE_PARTITIONS),
             "--metrics-port", str(self.ports.control), "--data-dir", str(self.state / "control"),
-            "--loglevel", "warning"])
+            "--loglevel", "warning", *self._signing_args()])
         self.monitor = Monitor(self.kafka, self.scenario.control.period_ms)
         self.monitor.start()
 
@@ -369,7 +386,7 @@ class Demo:
                 "--region", r.region, "--service", r.service, "--tier", r.tier,
                 "--accelerator", r.accelerator, "--model", r.model,
                 "--port", str(self.ports.workers[r.worker_id]), *self._kafka_args(),
-                "--loglevel", "warning"], self.out / "logs",
+                "--loglevel", "warning", *self._signing_args()], self.out / "logs",
                 nice=(self.opt.opportunistic_nice if r.tier == "opportunistic"
                       else self.opt.provisioned_nice),
                 enter=cpu.enter if cpu is not None else None)
@@ -481,14 +498,16 @@ class Demo:
         timeline = ["--scenario", str(plan.scenario_path(self.opt.scenario)),
                     "--duration", str(self.opt.duration_s), "--start-at-ms", str(self.start_ms)]
         self._start("scheduler", ["scheduler", *timeline, "--metrics-port",
-                                  str(self.ports.scheduler), *self._kafka_args()])
+                                  str(self.ports.scheduler), *self._kafka_args(),
+                                  *self._signing_args()])
         # The load generator's client routes from the replicas topic: a reclaimed replica says
         # it is draining when its notice arrives, before it goes; one starting is not there
         # until it serves.
         rate = ["--rate", str(self.opt.rate)] if self.opt.rate else []
         self._start("loadgen", ["loadgen", *timeline, "--membership", *rate, "--out",
                                 str(self.out / "loadgen"), "--metrics-port",
-                                str(self.ports.loadgen), *self._kafka_args()])
+                                str(self.ports.loadgen), *self._kafka_args(),
+                                *self._signing_args()])
         self.pending = list(self.changes)
         if self.opt.prometheus:
             self._start_prometheus()
