@@ -65,7 +65,7 @@ def test_the_worker_reports_queue_delay_and_budget_in_base_units() -> None:
     assert registry.get_sample_value("surplus_worker_queue_delay_ms") is None
 
 
-DASHBOARD = Path(__file__).resolve().parents[3] / "infra/grafana/dashboards/surplus.json"
+DASHBOARD = Path(__file__).resolve().parents[3] / "infra/helm/surplus/dashboards/surplus.json"
 _SERIES = re.compile(r"\bsurplus_[a-z0-9_]+")
 _SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created")
 
