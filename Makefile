@@ -275,9 +275,11 @@ $(COMPOSE):
 	@$@ version
 
 # surplus-base:bookworm, surplus-kafka:$(KAFKA_VERSION), surplus:local, surplus-worker:local and
-# surplus-prometheus:local (infra/docker/images.sh; docs/deployment.md has sizes, build times).
+# surplus-prometheus:local (infra/docker/images.sh; docs/deployment.md has sizes, build times);
+# IMAGES=cuda adds surplus-worker-cuda:local, the workers' image for GPU nodes.
+IMAGES ?= all
 images: setup
-	@$(call with-engine,PIP=$(BIN)/pip infra/docker/images.sh $(KAFKA_VERSION))
+	@$(call with-engine,PIP=$(BIN)/pip infra/docker/images.sh $(KAFKA_VERSION) $(IMAGES))
 
 # The Kafka integration tests once through testcontainers: the broker is the surplus-kafka image
 # (the embedded broker's jars), on the host's network; Ryuk is off (the fixture removes the

@@ -3,8 +3,9 @@
 #   surplus-kafka:$KAFKA_VERSION  the embedded broker's jars (.kafka/libs) + Debian's OpenJDK 17
 #   surplus:local                 control plane, scheduler, load generator, topic setup
 #   surplus-worker:local          the workers (torch)
+#   surplus-worker-cuda:local     the workers on GPU nodes (torch whole), only with `cuda`
 #   surplus-prometheus:local      Debian's prometheus package
-# Usage: images.sh KAFKA_VERSION [kafka|all]   (env: DOCKER_HOST, PIP, SURPLUS_IMAGE_CACHE)
+# Usage: images.sh KAFKA_VERSION [kafka|all|cuda]   (env: DOCKER_HOST, PIP, SURPLUS_IMAGE_CACHE)
 # pip installs from a wheelhouse (made by the host's pip from requirements.lock) served on
 # 127.0.0.1 for the length of the build; every build is `docker build --network host`. The
 # third-party layers (Dockerfile stages deps and worker-deps) are saved under the cache
@@ -34,7 +35,7 @@ build() {
 key=$( (cat requirements.lock pyproject.toml infra/docker/requirements.py infra/docker/Dockerfile
        echo "${SURPLUS_WHEELS_PORT:-29480}") | sha256sum | cut -c1-12)
 saved=$cache/images/deps-$key.tar
-if [ "$which" = all ] && ! have "surplus-deps:$key" && [ -s "$saved" ]; then
+if [ "$which" != kafka ] && ! have "surplus-deps:$key" && [ -s "$saved" ]; then
   t0=$SECONDS; docker load -q -i "$saved" >/dev/null
   echo "  $base, surplus-deps:$key, surplus-worker-deps:$key loaded from $saved in $((SECONDS - t0)) s"
 fi
@@ -100,3 +101,7 @@ cache_from=(--cache-from "surplus-deps:$key" --cache-from "surplus-worker-deps:$
 version=(--build-arg "SURPLUS_VERSION=$("$(dirname "$pip")/python" -m setuptools_scm)")
 build surplus:local "${args[@]}" "${cache_from[@]}" "${version[@]}" --target app .
 build surplus-worker:local "${args[@]}" "${cache_from[@]}" "${version[@]}" --target worker .
+# Its torch pieces (Dockerfile stage worker-cuda-deps, 1.3 GB) are not in the saved cache.
+if [ "$which" = cuda ]; then
+  build surplus-worker-cuda:local "${args[@]}" "${cache_from[@]}" "${version[@]}" --target worker-cuda .
+fi
