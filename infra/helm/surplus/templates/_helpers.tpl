@@ -32,6 +32,16 @@ app.kubernetes.io/component: {{ .component }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
+{{/* A worker's image, with torch: pass (dict "root" $ "variant" "cpu"|"cuda"). */}}
+{{- define "surplus.workerImage" -}}
+{{- $image := .root.Values.workers.image }}
+{{- $repository := get $image.repository .variant }}
+{{- if not $repository }}
+{{- fail (printf "workers.image.repository.%s: no image for the %s variant" .variant .variant) }}
+{{- end }}
+{{- $repository }}:{{ $image.tag | default .root.Values.image.tag | default .root.Chart.AppVersion }}
+{{- end }}
+
 {{- define "surplus.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "surplus.fullname" .) .Values.serviceAccount.name }}
@@ -176,4 +186,16 @@ grace (the pod's grace period), gpus (the pool's nvidia.com/gpu limit, or nil).
     - name: pod-info
       mountPath: /etc/surplus/pod
       readOnly: true
+{{- end }}
+
+{{/*
+A PodDisruptionBudget's spec from values, checked: pass (dict "key" "controlPlane.podDisruptionBudget"
+"spec" .Values.controlPlane.podDisruptionBudget). Values merge into the chart's defaults, so
+overriding maxUnavailable with minAvailable needs maxUnavailable: null.
+*/}}
+{{- define "surplus.disruptionBudget" -}}
+{{- if ne (len (pick .spec "minAvailable" "maxUnavailable")) 1 }}
+{{- fail (printf "%s: say one of minAvailable and maxUnavailable (null the other: values merge into the chart's defaults)" .key) }}
+{{- end }}
+{{- toYaml .spec }}
 {{- end }}
