@@ -1,6 +1,6 @@
 """The Helm chart renders what Surplus's processes actually read: every SURPLUS_* variable it
 sets is an option or setting of that command, its config files load, the pods stop the way the
-worker's SIGTERM sequence needs, and its PrometheusRule is the tested rules file unchanged.
+worker's SIGTERM sequence needs, and its PrometheusRule with default values is the tested rules file.
 
 `make helm-check` runs these after `helm lint` and kubeconform (which check the manifests'
 shape, not what Surplus makes of them); $HELM names the helm binary it built.
