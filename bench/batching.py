@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from workers.features import Rows
 from workers.policy.admission import Admission, AdmissionConfig
 from workers.runtime.batching import Batcher, BatchingConfig, BatchReport, Job
 from workers.runtime.models import LoadedModel, ModelConfig, ModelName, ModelSpec, load_model
@@ -41,7 +42,7 @@ async def _closed_loop(batcher: Batcher, model: LoadedModel, candidates: int, cl
     async def client(i: int) -> None:
         while time.perf_counter() < stop_at:
             t0 = time.perf_counter()
-            await batcher.submit_baseline(dense[i], sparse[i])
+            await batcher.submit_baseline(Rows.fixed(dense[i], sparse[i]))
             latencies.append((time.perf_counter() - t0) * 1000.0)
 
     await asyncio.gather(*(client(i) for i in range(clients)))

@@ -39,6 +39,9 @@ Name = Annotated[str, Meta(min_length=1, max_length=200)]
 NonNegInt = Annotated[int, Meta(ge=0)]
 NonNegFloat = Annotated[float, Meta(ge=0.0)]
 Bounded = Annotated[float, Meta(ge=-1e9, le=1e9)]
+FeatureName = Annotated[str, Meta(min_length=1, max_length=64)]
+#: A request's named features, each undecoded (`msgspec.Raw`) until its kind is known.
+Features = Annotated[dict[FeatureName, msgspec.Raw], Meta(max_length=64)]
 
 
 class Candidate(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -71,6 +74,11 @@ class RankRequest(RankHeader, frozen=True, forbid_unknown_fields=True, kw_only=T
 
     dense: Annotated[list[Bounded], Meta(max_length=MAX_DENSE)] = []
     candidates: Annotated[list[Candidate], Meta(max_length=MAX_CANDIDATES)]
+    features: Features = {}
+    """The model's named inputs (``[[model.inputs]]``, `workers.features`), each kept as its
+    raw JSON until the worker reads it by the kind its spec declares: a list of values for
+    the request, one row per candidate, or ``{"values": [...], "offsets": [...]}`` for
+    multi-hot ids. ``dense`` and the candidates' ``sparse`` stay the fixed signature's."""
 
     @property
     def optional_count(self) -> int:
@@ -169,6 +177,7 @@ def encode(message: RankRequest | RankResponse) -> bytes:
 
 __all__ = [
     "API_VERSION", "MAX_CANDIDATES", "MAX_DEADLINE_MS", "MAX_DENSE", "MAX_SPARSE_IDS",
-    "RANK_PATH", "Candidate", "ContractError", "RankHeader", "RankRequest", "RankResponse",
-    "ServerState", "check_header", "decode_request", "decode_response", "decode_strict", "encode",
+    "RANK_PATH", "Candidate", "ContractError", "Features", "RankHeader", "RankRequest",
+    "RankResponse", "ServerState", "check_header", "decode_request", "decode_response",
+    "decode_strict", "encode",
 ]

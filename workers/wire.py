@@ -19,6 +19,12 @@ sparse    ``[n, k]``    ``<i4`` or ``<i8``           0 .. 2**31-1
 dense     ``[d]``       ``<f8`` or ``<f4``           -1e9 .. 1e9
 ========  ============  ===========================  =================================
 
+A model that declares its inputs (``[[model.inputs]]``, `workers.features`) takes them from
+``features``, a map of input name to an `Array` (``[d]`` for the request, ``[n, d]`` per
+candidate) or, for multi-hot ids, to ``{"values": Array, "offsets": Array}``; JSON sends the
+same map with lists (`model_rows` reads either by the kind the spec declares). ``dense`` and
+``sparse`` are then left out, or stay the inputs named ``dense`` and ``sparse``.
+
 The bounds are `workers.api`'s, so both encodings accept the same requests, with one
 exception: a msgpack request gives every candidate the same number of sparse ids (one width,
 ``k``), which is all a model takes anyway. The response is the same `RankResponse` struct in
@@ -28,8 +34,8 @@ whatever was asked, since people read them. Every refusal is a `ContractError` n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -43,6 +49,7 @@ from workers.api import (
     MAX_DENSE,
     MAX_SPARSE_IDS,
     Candidate,
+    Features,
     RankHeader,
     RankRequest,
     RankResponse,
@@ -51,6 +58,18 @@ from workers.api import (
     decode_response,
     decode_strict,
     encode,
+)
+from workers.features import (
+    FeatureError,
+    Input,
+    Jagged,
+    Part,
+    Rows,
+    Signature,
+    check_candidate_dense,
+    check_multi_hot,
+    check_request_dense,
+    check_sparse,
 )
 
 Encoding = Literal["json", "msgpack"]
@@ -128,14 +147,23 @@ class Array(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
         return cls(dtype=array.dtype.str, shape=list(array.shape), data=array.tobytes())
 
 
+class JaggedArrays(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Multi-hot ids on the wire: the flat ids and ``n + 1`` offsets (`workers.features`)."""
+
+    values: Array
+    offsets: Array
+
+
 class MsgpackRankRequest(RankHeader, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """The msgpack body of a ranking request: `RankHeader`'s fields and four columns (the
-    module docstring has their shapes, dtypes and bounds)."""
+    """The msgpack body of a ranking request: `RankHeader`'s fields, the candidates' columns
+    (the module docstring has their shapes, dtypes and bounds) and the model's named
+    features, each an `Array` or `JaggedArrays` kept raw until its kind is known."""
 
     ids: Array
     priors: Array
-    sparse: Array
-    dense: Array
+    sparse: Array | None = None
+    dense: Array | None = None
+    features: Features = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +213,8 @@ class ColumnarRequest:
     sparse: np.ndarray
     dense: np.ndarray
     v: int = API_VERSION
+    #: The model's named features, raw msgpack (`model_rows` reads them by their kind).
+    features: Mapping[str, msgspec.Raw] = field(default_factory=dict)
 
     @property
     def candidate_count(self) -> int:
@@ -205,40 +235,193 @@ class ColumnarRequest:
         return RankRequest(v=self.v, request_id=self.request_id, segment=self.segment,
                            value=self.value, deadline_ms=self.deadline_ms,
                            base_count=self.base_count, gain=self.gain,
-                           dense=self.dense.tolist(), candidates=candidates)
+                           dense=self.dense.tolist(), candidates=candidates,
+                           features=encode_features(
+                               {k: _any_feature(v, f"$.features.{k}")
+                                for k, v in self.features.items()}, "json"))
 
 
 #: A decoded ranking request, whichever encoding it came in: what a worker scores.
 RequestBody = RankRequest | ColumnarRequest
 
 
-class ShapeMismatch(ValueError):
-    """A request the contract accepts but the model cannot take (a worker answers 422); the
-    message names the field and what the model takes."""
+#: A request the contract accepts but the model cannot take (a worker answers 422); the
+#: message names the field and what the model takes.
+ShapeMismatch = FeatureError
 
 
 def model_inputs(request: RequestBody, num_dense: int, num_sparse: int,
                  model: str) -> tuple[np.ndarray, np.ndarray]:
     """A request's dense vector as float32[num_dense] and its candidates' sparse ids as
-    int64[n, num_sparse], what the `model` named takes. From msgpack columns this is a cast
-    at most; from JSON it walks every candidate's list, the per-candidate cost the columns
-    avoid (`surplus bench transport` times both, decode included)."""
-    if len(request.dense) != num_dense:
-        raise ShapeMismatch(f"`$.dense` has {len(request.dense)} values; the {model} model "
-                            f"takes {num_dense}")
+    int64[n, num_sparse]: `model_rows` for the fixed signature."""
+    rows = model_rows(request, Signature.fixed(num_dense, num_sparse), model)
+    dense, sparse = rows.parts
+    assert isinstance(dense, np.ndarray) and isinstance(sparse, np.ndarray)
+    return dense, sparse
+
+
+def model_rows(request: RequestBody, signature: Signature, model: str) -> Rows:
+    """A request's candidate rows as the `model` named takes them: one part per input of its
+    signature, checked and in the model's dtypes (`workers.features`). From msgpack columns
+    this is a cast at most; from JSON it walks every candidate's list, the per-candidate cost
+    the columns avoid (`surplus bench transport` times both, decode included).
+
+    An input comes from ``$.features`` under its name; the fixed signature's ``dense`` and
+    ``sparse`` also from ``$.dense`` and the candidates' sparse ids, as before features
+    existed. A feature the model does not take, or a field it has no input for, is refused:
+    a value silently dropped would be a model scoring without what its caller meant it to.
+    """
+    columnar = isinstance(request, ColumnarRequest)
+    n = (request.candidate_count if isinstance(request, ColumnarRequest)
+         else len(request.candidates))
+    names = signature.names()
+    for name in request.features:
+        if name not in names:
+            raise ShapeMismatch(f"`$.features.{name}`: the {model} model takes no input named "
+                                f"{name!r} (it takes {', '.join(names)})")
+    parts: list[Part] = []
+    legacy = set()
+    for inp in signature.inputs:
+        path = f"$.features.{inp.name}"
+        fixed = ((inp.name, inp.kind) in (("dense", "request_dense"), ("sparse", "sparse")))
+        if inp.name in request.features:
+            if fixed and _legacy_given(request, inp.name):
+                raise ShapeMismatch(f"`$.{inp.name}` and `{path}` are both given; send one")
+            raw = request.features[inp.name]
+            parts.append(_feature(inp, raw, n, path, msgpack=columnar))
+        elif fixed:
+            legacy.add(inp.name)
+            parts.append(_legacy_dense(request, inp, model) if inp.name == "dense"
+                         else _legacy_sparse(request, inp, model))
+        else:
+            raise ShapeMismatch(f"`{path}` is missing: the {model} model takes "
+                                f"{inp.name} ({_describe(inp)})")
+    for name in ("dense", "sparse"):
+        if name not in legacy and _legacy_given(request, name):
+            where = "$.dense" if name == "dense" else (
+                "$.sparse" if columnar else "$.candidates[].sparse")
+            raise ShapeMismatch(f"`{where}`: the {model} model takes no input named {name!r} "
+                                f"(it takes {', '.join(names)}); send its inputs in "
+                                "`$.features`")
+    return Rows(n, tuple(parts), tuple(i.kind == "request_dense" for i in signature.inputs))
+
+
+def _describe(inp: Input) -> str:
+    """``13 float32 values per request``: what an input takes, for error messages."""
+    what = f"{inp.model_dtype.name} {'ids' if inp.ids else 'values'}"
+    if inp.kind == "multi_hot":
+        return f"any number of {what} per candidate, as values and offsets"
+    return f"{inp.size} {what} per {'request' if inp.kind == 'request_dense' else 'candidate'}"
+
+
+def _legacy_given(request: RequestBody, name: str) -> bool:
+    """Whether a request fills the fixed signature's field `name` (``dense``, ``sparse``)."""
+    if name == "dense":
+        return len(request.dense) > 0
     if isinstance(request, ColumnarRequest):
-        if request.sparse.shape[1] != num_sparse:
+        return request.sparse.size > 0
+    return any(c.sparse for c in request.candidates)
+
+
+def _legacy_dense(request: RequestBody, inp: Input, model: str) -> np.ndarray:
+    if len(request.dense) != inp.size:
+        raise ShapeMismatch(f"`$.dense` has {len(request.dense)} values; the {model} model "
+                            f"takes {inp.size}")
+    return np.asarray(request.dense).astype(inp.model_dtype, copy=False)
+
+
+def _legacy_sparse(request: RequestBody, inp: Input, model: str) -> np.ndarray:
+    width = inp.size or 0
+    if isinstance(request, ColumnarRequest):
+        if request.sparse.shape[1] != width:
             raise ShapeMismatch(f"`$.sparse` has {request.sparse.shape[1]} ids per candidate; "
-                                f"the {model} model takes {num_sparse}")
-        return (request.dense.astype(np.float32, copy=False),
-                request.sparse.astype(np.int64, copy=False))
+                                f"the {model} model takes {width}")
+        return request.sparse.astype(inp.model_dtype, copy=False)
     for i, candidate in enumerate(request.candidates):
-        if len(candidate.sparse) != num_sparse:
+        if len(candidate.sparse) != width:
             raise ShapeMismatch(f"`$.candidates[{i}].sparse` has {len(candidate.sparse)} ids; "
-                                f"the {model} model takes {num_sparse}")
-    dense = np.asarray(request.dense, dtype=np.float32)
-    sparse = np.asarray([c.sparse for c in request.candidates], dtype=np.int64)
-    return dense, sparse.reshape(len(request.candidates), num_sparse)
+                                f"the {model} model takes {width}")
+    sparse = np.asarray([c.sparse for c in request.candidates], dtype=inp.model_dtype)
+    return sparse.reshape(len(request.candidates), width)
+
+
+class _JsonJagged(Struct, frozen=True, forbid_unknown_fields=True):
+    values: list[int]
+    offsets: list[int]
+
+
+_JSON_FEATURES: dict[str, msgspec.json.Decoder[Any]] = {
+    "request_dense": msgspec.json.Decoder(list[float]),
+    "candidate_dense": msgspec.json.Decoder(list[list[float]]),
+    "sparse": msgspec.json.Decoder(list[list[int]]),
+    "multi_hot": msgspec.json.Decoder(_JsonJagged),
+}
+_msgpack_array = msgspec.msgpack.Decoder(Array)
+_msgpack_jagged = msgspec.msgpack.Decoder(JaggedArrays)
+_ANY_NUMBER = ("<f8", "<f4", "<i8", "<i4")
+_INTEGER = ("<i8", "<i4")
+
+
+def _feature(inp: Input, raw: msgspec.Raw, n: int, path: str, *, msgpack: bool) -> Part:
+    """One named feature of a request, read by its input's kind and checked against it."""
+    if inp.kind == "multi_hot":
+        if msgpack:
+            jagged = _decode(_msgpack_jagged, raw, path)
+            values = _buffer(jagged.values, f"{path}.values", _INTEGER)
+            offsets = _buffer(jagged.offsets, f"{path}.offsets", _INTEGER)
+        else:
+            lists = _decode(_JSON_FEATURES["multi_hot"], raw, path)
+            values, offsets = (_ints(lists.values, f"{path}.values"),
+                               _ints(lists.offsets, f"{path}.offsets"))
+        return check_multi_hot(inp, values, offsets, n, path)
+    if msgpack:
+        array = _buffer(_decode(_msgpack_array, raw, path), path,
+                        _INTEGER if inp.ids else _ANY_NUMBER)
+    else:
+        decoded = _decode(_JSON_FEATURES[inp.kind], raw, path)
+        try:
+            array = np.array(decoded)
+        except ValueError:
+            raise FeatureError(f"`{path}`: rows of different lengths; every candidate's row "
+                               f"has {inp.size}") from None
+        if array.ndim == 1 and not array.size and inp.kind != "request_dense":
+            array = array.reshape(0, inp.size or 0)
+    if inp.kind == "request_dense":
+        return check_request_dense(inp, array, path)
+    if inp.kind == "candidate_dense":
+        return check_candidate_dense(inp, array, n, path)
+    return check_sparse(inp, array, n, path)
+
+
+def _decode(decoder: msgspec.json.Decoder[Any] | msgspec.msgpack.Decoder[Any],
+            raw: msgspec.Raw, path: str) -> Any:
+    """A raw feature decoded as its kind's shape; the error's ``$`` is the feature's path."""
+    try:
+        return decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise FeatureError(str(exc).replace("`$", f"`{path}")) from None
+    except msgspec.DecodeError as exc:
+        raise FeatureError(f"`{path}`: {exc}") from None
+
+
+def _ints(values: list[int], path: str) -> np.ndarray:
+    """JSON integers as an integer array (one past int64 makes numpy's object array)."""
+    array = np.array(values) if values else np.zeros(0, np.int64)
+    if array.dtype.kind not in "iu":
+        raise FeatureError(f"`{path}`: an id beyond 64 bits")
+    return array
+
+
+def _any_feature(raw: msgspec.Raw, path: str) -> FeatureValue:
+    """A msgpack feature as the client passed it, whatever its kind (`to_request`)."""
+    try:
+        array = _msgpack_array.decode(raw)
+    except msgspec.ValidationError:
+        jagged = _decode(_msgpack_jagged, raw, path)
+        return Jagged(_buffer(jagged.values, f"{path}.values", _INTEGER),
+                      _buffer(jagged.offsets, f"{path}.offsets", _INTEGER))
+    return _buffer(array, path, _ANY_NUMBER)
+
 
 _msgpack_request_decoder = msgspec.msgpack.Decoder(MsgpackRankRequest, strict=True)
 _msgpack_encoder = msgspec.msgpack.Encoder()
@@ -258,9 +441,11 @@ def decode_columnar_request(payload: bytes | bytearray | memoryview,
     assert isinstance(wire, MsgpackRankRequest)
     ids = _column("ids", wire.ids)
     priors = _column("priors", wire.priors)
-    sparse = _column("sparse", wire.sparse)
-    dense = _column("dense", wire.dense)
     n = len(ids)
+    # Left out (a model that takes only named features): no dense values, no sparse ids.
+    sparse = (np.zeros((n, 0), np.int32) if wire.sparse is None
+              else _column("sparse", wire.sparse))
+    dense = np.zeros(0) if wire.dense is None else _column("dense", wire.dense)
     for name, column in (("priors", priors), ("sparse", sparse)):
         if len(column) != n:
             raise ContractError("RankRequest", f"`$.{name}.shape` is {list(column.shape)} but "
@@ -269,7 +454,7 @@ def decode_columnar_request(payload: bytes | bytearray | memoryview,
     return ColumnarRequest(v=wire.v, request_id=wire.request_id, segment=wire.segment,
                            value=wire.value, deadline_ms=wire.deadline_ms,
                            base_count=wire.base_count, gain=wire.gain, ids=ids, priors=priors,
-                           sparse=sparse, dense=dense)
+                           sparse=sparse, dense=dense, features=wire.features)
 
 
 def _column(name: str, array: Array) -> np.ndarray:
@@ -286,13 +471,10 @@ def _column(name: str, array: Array) -> np.ndarray:
         if size > most:
             raise ContractError("RankRequest", f"`$.{name}.shape` has {size} {axis}; at most "
                                                f"{most}")
-    dtype = np.dtype(array.dtype)
-    expected = int(np.prod(array.shape)) * dtype.itemsize
-    if len(array.data) != expected:
-        raise ContractError("RankRequest", f"`$.{name}.data` has {len(array.data)} bytes; "
-                                           f"shape {array.shape} of {array.dtype!r} takes "
-                                           f"{expected}")
-    values = np.frombuffer(array.data, dtype=dtype).reshape(array.shape)
+    try:
+        values = _buffer(array, f"$.{name}", spec.dtypes)
+    except FeatureError as exc:
+        raise ContractError("RankRequest", str(exc)) from None
     # min and max are two passes with no temporary array; NaN makes either comparison false.
     if values.size and not (spec.low <= values.min() and values.max() <= spec.high):
         flat = int(np.flatnonzero(~((values >= spec.low) & (values <= spec.high)))[0])
@@ -302,7 +484,91 @@ def _column(name: str, array: Array) -> np.ndarray:
     return values
 
 
-def encode_columnar_request(request: RankRequest) -> bytes:
+def _buffer(array: Array, path: str, dtypes: tuple[str, ...]) -> np.ndarray:
+    """An `Array` as a read-only numpy view of its bytes, once its dtype is one of `dtypes`
+    and its byte count is its shape's; FeatureError names `path` otherwise."""
+    if array.dtype not in dtypes:
+        raise FeatureError(f"`{path}.dtype` is {array.dtype!r}; expected "
+                           f"{' or '.join(map(repr, dtypes))}")
+    dtype = np.dtype(array.dtype)
+    expected = int(np.prod(array.shape)) * dtype.itemsize
+    if len(array.data) != expected:
+        raise FeatureError(f"`{path}.data` has {len(array.data)} bytes; shape {array.shape} "
+                           f"of {array.dtype!r} takes {expected}")
+    return np.frombuffer(array.data, dtype=dtype).reshape(array.shape)
+
+
+#: A feature as a caller passes it: an array (``[d]`` for the request, ``[n, ...]`` one row per
+#: candidate) or multi-hot ids (`workers.features.Jagged`).
+FeatureValue = np.ndarray | Jagged
+
+
+def check_feature_rows(features: Mapping[str, FeatureValue], n: int) -> None:
+    """Refuse, naming it, a feature a caller passes with other than one row per candidate
+    (a 2-D array or multi-hot ids) or of more than two dimensions: the client trims every
+    per-candidate feature with the candidates it sends, so the rows must line up."""
+    for name, value in features.items():
+        rows = len(value) if isinstance(value, Jagged) else (
+            value.shape[0] if value.ndim == 2 else None)
+        if not isinstance(value, Jagged) and value.ndim not in (1, 2):
+            raise ContractError("RankRequest", f"`$.features.{name}` has shape "
+                                               f"{list(value.shape)}; expected [d] for the "
+                                               "request or [n, d], one row per candidate")
+        if rows is not None and rows != n:
+            raise ContractError("RankRequest", f"`$.features.{name}` has {rows} rows but "
+                                               f"{n} candidates were given: one row each")
+
+
+def take_features(features: Mapping[str, FeatureValue],
+                  count: int) -> dict[str, FeatureValue]:
+    """The features of a request's first `count` candidates (the request's own vectors
+    whole): what goes with a request the client trimmed."""
+    return {name: value.take(0, count) if isinstance(value, Jagged)
+            else value[:count] if value.ndim == 2 else value
+            for name, value in features.items()}
+
+
+def encode_features(features: Mapping[str, FeatureValue],
+                    encoding: Encoding) -> dict[str, msgspec.Raw]:
+    """Each feature in the wire form of `encoding`: JSON lists, or msgpack `Array` columns of
+    raw little-endian bytes (integers as int32 where they fit, as the sparse column does);
+    ContractError names a feature no column carries."""
+    out = {}
+    for name, value in features.items():
+        path = f"$.features.{name}"
+        if isinstance(value, Jagged):
+            values, offsets = (_wire(value.values, f"{path}.values"),
+                               _wire(value.offsets, f"{path}.offsets"))
+            out[name] = msgspec.Raw(
+                _json_encoder.encode({"values": values.tolist(), "offsets": offsets.tolist()})
+                if encoding == "json" else _msgpack_encoder.encode(
+                    JaggedArrays(values=Array.of(values), offsets=Array.of(offsets))))
+        else:
+            array = _wire(value, path)
+            out[name] = msgspec.Raw(_json_encoder.encode(array.tolist()) if encoding == "json"
+                                    else _msgpack_encoder.encode(Array.of(array)))
+    return out
+
+
+def _wire(array: np.ndarray, path: str) -> np.ndarray:
+    """`array` in a column's dtype: little-endian float32/float64, integers as int32 where all
+    fit and int64 otherwise."""
+    array = np.asarray(array)
+    kind = array.dtype.kind
+    if kind == "f":
+        return array.astype("<f4" if array.dtype.itemsize <= 4 else "<f8", copy=False)
+    if kind not in "iu" or (kind == "u" and array.size and array.max() > 2**63 - 1):
+        raise ContractError("RankRequest", f"`{path}` holds {array.dtype.name}; expected "
+                                           "numbers (floats, or integers within int64)")
+    narrow = not array.size or (array.min() >= -2**31 and array.max() <= 2**31 - 1)
+    return array.astype("<i4" if narrow else "<i8", copy=False)
+
+
+_json_encoder = msgspec.json.Encoder()
+
+
+def encode_columnar_request(request: RankRequest,
+                            features: Mapping[str, FeatureValue] | None = None) -> bytes:
     """The msgpack body of a request. Values out of the contract's bounds are sent as they are,
     for the worker to refuse by name as it does in JSON; what no column can carry is refused
     here, by name: candidates of different sparse widths, a non-number, an integer beyond int64.
@@ -333,7 +599,8 @@ def encode_columnar_request(request: RankRequest) -> bytes:
         gain=request.gain, ids=Array.of(ids.astype("<i8")),
         priors=Array.of(priors.astype("<f8")),
         sparse=Array.of(sparse.astype("<i4" if narrow else "<i8").reshape(n, width)),
-        dense=Array.of(dense.astype("<f8"))))
+        dense=Array.of(dense.astype("<f8")),
+        features=encode_features(features, "msgpack") if features else {}))
 
 
 def _numbers(values: Sequence[Any], kinds: str, path: str) -> np.ndarray:
@@ -360,9 +627,15 @@ def _numbers(values: Sequence[Any], kinds: str, path: str) -> np.ndarray:
 _KIND_NAMES = {"iu": "an integer within int64", "iuf": "a number"}
 
 
-def encode_rank_request(request: RankRequest, encoding: Encoding) -> bytes:
-    """A request's body in either encoding."""
-    return encode(request) if encoding == "json" else encode_columnar_request(request)
+def encode_rank_request(request: RankRequest, encoding: Encoding,
+                        features: Mapping[str, FeatureValue] | None = None) -> bytes:
+    """A request's body in either encoding, with the model's named `features` (numpy arrays
+    and `Jagged` multi-hot ids; `check_feature_rows` says how they must line up)."""
+    if encoding == "msgpack":
+        return encode_columnar_request(request, features)
+    if features:
+        request = msgspec.structs.replace(request, features=encode_features(features, "json"))
+    return encode(request)
 
 
 def decode_rank_request(payload: bytes | bytearray | memoryview, encoding: Encoding,
@@ -390,8 +663,9 @@ def decode_rank_response(payload: bytes | bytearray | memoryview, content_type: 
 
 __all__ = [
     "ACCEPT_MSGPACK", "CONTENT_TYPES", "JSON_TYPE", "MSGPACK_TYPE", "Array", "ColumnarRequest",
-    "Encoding", "MsgpackRankRequest", "RequestBody", "ShapeMismatch", "decode_columnar_request",
-    "decode_rank_request", "decode_rank_response", "encode_columnar_request",
-    "encode_rank_request", "encode_rank_response", "model_inputs", "request_encoding",
-    "response_encoding",
+    "Encoding", "FeatureValue", "JaggedArrays", "MsgpackRankRequest", "RequestBody",
+    "ShapeMismatch", "check_feature_rows", "decode_columnar_request", "decode_rank_request",
+    "decode_rank_response", "encode_columnar_request", "encode_features", "encode_rank_request",
+    "encode_rank_response", "model_inputs", "model_rows", "request_encoding",
+    "response_encoding", "take_features",
 ]

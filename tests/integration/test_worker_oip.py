@@ -138,7 +138,8 @@ class NoticeMidCall:
     calls: list[Call] = field(default_factory=list)
     source: str = "oip:test"
 
-    def score(self, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
+    def score(self, *inputs: np.ndarray) -> np.ndarray:
+        dense, sparse = inputs
         ids = [int(x) for x in sparse[:, 0]]
         fire = self.armed and any(i % 1000 >= self.base for i in ids)  # carries optional rows
         started = time.perf_counter_ns()

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -52,6 +52,7 @@ from workers.client.feed import MembershipFeed, TargetsFeed
 from workers.client.transport import RETRY_ON_ANOTHER_REPLICA, CallFailed, Transport
 from workers.policy.membership import Membership
 from workers.policy.routing import Model
+from workers.wire import FeatureValue, check_feature_rows
 
 OutcomeValue = Callable[[RankRequest, RankResponse], float]
 VALUE_BOUND = 1e6
@@ -252,6 +253,7 @@ class RankingClient:
 
     async def rank(self, *, segment: str, value: float, candidates: Sequence[Candidate],
                    base_count: int, dense: Sequence[float] = (),
+                   features: Mapping[str, FeatureValue] | None = None,
                    deadline_ms: float | None = None, request_id: str | None = None) -> RankResult:
         """Rank one request: the first `base_count` candidates are baseline work, the rest are
         offered as optional extra candidates (RMA) within the targets, allowance and budget.
@@ -262,7 +264,12 @@ class RankingClient:
             worker orders optional work by it when a request carries no expected gain.
         :param candidates: the items to score, baseline ones first.
         :param base_count: how many of `candidates` are baseline work, always scored.
-        :param dense: the request's dense features, passed to the model.
+        :param dense: the request's dense features, passed to the model (the fixed
+            signature's ``dense``).
+        :param features: the inputs of a model that declares its own (``[[model.inputs]]``,
+            see docs/models.md), by name: a 1-D numpy array for the request, a 2-D one with a
+            row per candidate, or `workers.features.Jagged` multi-hot ids (values and offsets)
+            per candidate. Per-candidate ones are cut with the candidates the call sends.
         :param deadline_ms: the time the request may take, in ms (default
             ``config.default_deadline_ms``); a powerful call may use
             ``config.powerful_deadline_share`` of it, the rest is kept for the fallback.
@@ -274,10 +281,12 @@ class RankingClient:
         :raise RankingError: when the baseline call failed on every replica it could be
             retried on (the reason: the last failure's).
         :raise ContractError: (a ValueError) when the candidates cannot travel as msgpack:
-            different numbers of sparse ids, or a value that is not a number; it names the
-            candidate.
+            different numbers of sparse ids, or a value that is not a number; or a feature
+            without one row per candidate. It names the candidate or the feature.
         """
         started = time.perf_counter()
+        if features:
+            check_feature_rows(features, len(candidates))
         base_count = min(base_count, len(candidates))
         request_id = request_id or uuid.uuid4().hex
         offered = len(candidates) - base_count
@@ -296,17 +305,17 @@ class RankingClient:
             try:
                 response = await self._call(
                     "powerful", msgspec.structs.replace(request, deadline_ms=budget_ms),
-                    budget_ms / 1000.0)
+                    budget_ms / 1000.0, features)
             except CallFailed as failed:
                 fell_back = failed.reason
                 self.decider.bump("fallback", failed.reason)
                 self.decider.bump("rma_shed", "fallback", decision.extra)
         if response is None:
-            response = await self._baseline(request, started, fell_back is not None)
+            response = await self._baseline(request, started, fell_back is not None, features)
         return self._finish(request, response, decision, fell_back, started, offered)
 
-    async def _baseline(self, request: RankRequest, started: float,
-                        fallback: bool) -> RankResponse:
+    async def _baseline(self, request: RankRequest, started: float, fallback: bool,
+                        features: Mapping[str, FeatureValue] | None = None) -> RankResponse:
         """Baseline pool: the call that must succeed. After a fallback, only baseline work is
         sent, with what is left of the deadline."""
         if fallback:
@@ -318,7 +327,7 @@ class RankingClient:
         for attempt in range(1, replicas + 1):
             try:
                 return await self._call("baseline", request,
-                                        self.config.baseline_timeout_ms / 1000.0)
+                                        self.config.baseline_timeout_ms / 1000.0, features)
             except CallFailed as failed:
                 if failed.reason in RETRY_ON_ANOTHER_REPLICA and attempt < replicas:
                     # Scoring has no side effects: a replica that died (or is draining) with
@@ -329,10 +338,11 @@ class RankingClient:
                 raise RankingError(failed.reason) from None
         raise AssertionError("unreachable: the loop returns or raises")
 
-    async def _call(self, model: Model, request: RankRequest, timeout_s: float) -> RankResponse:
+    async def _call(self, model: Model, request: RankRequest, timeout_s: float,
+                    features: Mapping[str, FeatureValue] | None = None) -> RankResponse:
         """One call to the next replica of a pool; what came of it feeds client-side shedding."""
         try:
-            response = await self.transport.call(model, request, timeout_s)
+            response = await self.transport.call(model, request, timeout_s, features)
         except CallFailed as failed:
             self.decider.observe(None, self._clock(), error=failed.reason, model=model)
             raise

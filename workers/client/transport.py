@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import aiohttp
 
@@ -25,8 +25,10 @@ from workers.wire import (
     CONTENT_TYPES,
     JSON_TYPE,
     Encoding,
+    FeatureValue,
     decode_rank_response,
     encode_rank_request,
+    take_features,
 )
 
 #: Baseline call failures worth another replica: it was not reached ("connection"), it went
@@ -118,15 +120,21 @@ class Transport:
             url = urls[(turn + step) % len(urls)]
         return url
 
-    async def call(self, model: Model, request: RankRequest, timeout_s: float) -> RankResponse:
+    async def call(self, model: Model, request: RankRequest, timeout_s: float,
+                   features: Mapping[str, FeatureValue] | None = None) -> RankResponse:
         """POST one request to the next replica of a pool and read its answer.
+
+        ``features`` are the model's named inputs for the caller's candidates: those of the
+        candidates `request` carries go with it (`workers.wire.take_features`).
 
         :raise CallFailed: the call gave no usable response (the reason names how).
         :raise ContractError: the request cannot be encoded (msgpack: candidates of different
             sparse widths, a value that is not a number); raised before any I/O.
         """
         assert self._session is not None, "Transport.open() was not called"
-        body = encode_rank_request(request, self._encoding)
+        if features:
+            features = take_features(features, len(request.candidates))
+        body = encode_rank_request(request, self._encoding, features)
         url = self._next_url(model)
         if url is None:
             raise CallFailed("no_replica")     # no live replica of this pool (membership)

@@ -30,6 +30,7 @@ import numpy as np
 from msgspec import Meta
 
 from schemas.contract import ShedReason
+from workers.features import Rows, assemble
 from workers.policy.admission import Admission, AdmissionState, Admitted
 
 
@@ -43,9 +44,11 @@ class BatchingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
 class Scorer(Protocol):
     """Anything that scores rows: ``LoadedModel`` (in-process torch) or ``OipModel`` (a model
     server over the Open Inference Protocol) in production, a fake in pure tests. Called from
-    the inference thread only, one batch at a time."""
+    the inference thread only, one batch at a time, with the model's arguments in its
+    signature's order (`workers.features.assemble`: ``dense, sparse`` unless the model
+    declares its inputs)."""
 
-    def score(self, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray: ...
+    def score(self, *inputs: np.ndarray) -> np.ndarray: ...
 
 
 class Shed(Exception):
@@ -62,10 +65,10 @@ class BatcherStopped(RuntimeError):
 
 @dataclass(slots=True)
 class Job:
-    """Rows of one request that travel together: one dense vector broadcast over its rows."""
+    """Rows of one request that travel together (its request-dense vectors broadcast over
+    them when batched)."""
 
-    dense: np.ndarray          # float32[num_dense]
-    sparse: np.ndarray         # int64[rows, num_sparse]
+    rows: Rows
     future: asyncio.Future[np.ndarray]
     loop: asyncio.AbstractEventLoop
 
@@ -133,38 +136,38 @@ class Batcher:
 
     # -- submission (event loop thread) ----------------------------------------------------------
 
-    def submit_baseline(self, dense: np.ndarray, sparse: np.ndarray) -> asyncio.Future[np.ndarray]:
+    def submit_baseline(self, rows: Rows) -> asyncio.Future[np.ndarray]:
         """Queue baseline rows; never refused. The future yields their scores."""
-        job = self._job(dense, sparse)
+        job = self._job(rows)
         with self._cond:
             if self._stopping:
                 raise BatcherStopped("the worker is shutting down")
-            self.admission.admit_baseline(job, self._now(), units=len(sparse))
+            self.admission.admit_baseline(job, self._now(), units=rows.count)
             self._cond.notify()
         return job.future
 
-    def submit_optional(self, dense: np.ndarray, sparse: np.ndarray, value: float,
+    def submit_optional(self, rows: Rows, value: float,
                         deadline_ms: float) -> asyncio.Future[np.ndarray]:
         """Queue optional rows due within ``deadline_ms`` from now; the future raises
         :class:`Shed` if they are refused now or dropped later."""
-        job = self._job(dense, sparse)
+        job = self._job(rows)
         with self._cond:
             now = self._now()
             admitted = not self._stopping and self.admission.admit_optional(
-                job, value, now + max(1, int(deadline_ms)), now, units=len(sparse))
+                job, value, now + max(1, int(deadline_ms)), now, units=rows.count)
             reason: ShedReason | None = (self.admission.last_refusal if not self._stopping
                                          else "shutdown")
             if admitted:
                 self._cond.notify()
         if not admitted:
             if self._stopping:
-                self.admission.count_shed("shutdown", len(sparse))
+                self.admission.count_shed("shutdown", rows.count)
             job.future.set_exception(Shed(reason or "overload"))
         return job.future
 
-    def _job(self, dense: np.ndarray, sparse: np.ndarray) -> Job:
+    def _job(self, rows: Rows) -> Job:
         loop = asyncio.get_running_loop()
-        return Job(dense, sparse, loop.create_future(), loop)
+        return Job(rows, loop.create_future(), loop)
 
     # -- control (any thread) --------------------------------------------------------------------
 
@@ -243,9 +246,7 @@ class Batcher:
         t0 = time.perf_counter()
         error: str | None = None
         try:
-            dense = np.concatenate([np.broadcast_to(j.dense, (len(j.sparse), len(j.dense)))
-                                    for j in jobs])
-            scores = self.scorer.score(dense, np.concatenate([j.sparse for j in jobs]))
+            scores = self.scorer.score(*assemble([j.rows for j in jobs]))
         except Exception as exc:  # a broken user model fails its batch, not the worker
             error = f"model failed: {type(exc).__name__}: {exc}"
         elapsed = time.perf_counter() - t0
@@ -274,7 +275,7 @@ class Batcher:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, Any]]] = {}
         start = 0
         for job, use in zip(jobs, usable, strict=True):
-            n = len(job.sparse)
+            n = job.rows.count
             result: Any = (Shed("preemption") if not use
                            else RuntimeError(error) if scores is None else scores[start:start + n])
             by_loop.setdefault(job.loop, []).append((job, result))

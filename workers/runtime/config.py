@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from schemas.contract import Tier
 from schemas.kafka_config import KafkaSettings
 from schemas.signing import Keyring, KeySource
+from workers.features import SpecError
 from workers.policy.admission import AdmissionConfig
 from workers.policy.replica import serves_whole_requests
 from workers.policy.targets import LocalLimits
@@ -195,6 +196,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     config.keys()
     config.notice_networks()
     _check_backend(config)
+    _check_inputs(config)
     if config.model.path is not None and not Path(config.model.path).is_file():
         raise ConfigError(f"bad worker config at `model.path`: model file "
                           f"{config.model.path} does not exist")
@@ -215,3 +217,17 @@ def _check_backend(config: WorkerConfig) -> None:
     elif model.oip is not None:
         raise ConfigError('bad worker config at `model.backend`: [model.oip] is set but the '
                           'backend is "torch"; set backend = "oip" to use the model server')
+
+
+def _check_inputs(config: WorkerConfig) -> None:
+    """The model's declared inputs can be served (distinct tensor names), and by a model that
+    can take them: the reference models take only the fixed signature."""
+    model = config.model
+    try:
+        model.signature()
+    except SpecError as exc:
+        raise ConfigError(f"bad worker config at {exc}") from None
+    if model.inputs and model.path is None and model.backend == "torch":
+        raise ConfigError("bad worker config at `model.inputs`: the reference models take "
+                          "the fixed dense and sparse inputs; declare inputs for a model file "
+                          "(`model.path`) or a model server (`backend = \"oip\"`)")

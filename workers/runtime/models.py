@@ -1,10 +1,13 @@
 """Ranking models the worker serves: two reference torch models and loading of user models.
 
-Every model has the same calling convention, so the batcher, the exported files and user models
-are interchangeable: ``forward(dense: float32[B, num_dense], sparse: int64[B, num_sparse]) ->
-float32[B]`` scores in (0, 1). Row ``b`` is one candidate: the request's dense features and the
-candidate's sparse ids, one id per sparse feature (hashed into its table inside the model, so
-any non-negative id is valid).
+Unless the worker config declares the model's inputs (``[[model.inputs]]``, see
+`workers.features`), every model has the same calling convention, so the batcher, the exported
+files and user models are interchangeable: ``forward(dense: float32[B, num_dense], sparse:
+int64[B, num_sparse]) -> float32[B]`` scores in (0, 1). Row ``b`` is one candidate: the
+request's dense features and the candidate's sparse ids, one id per sparse feature (hashed into
+its table inside the model, so any non-negative id is valid). A user model with other inputs
+(per-candidate dense features, multi-hot ids) declares them, and start checks the file against
+the declaration (`load_model`).
 
 - :class:`BaselineRanker` is DLRM-shaped: an EmbeddingBag per sparse feature, a bottom MLP on
   the dense features, pairwise dot-product interaction, a top MLP. It is what baseline replicas
@@ -32,6 +35,17 @@ import torch
 from msgspec import Meta
 from torch import Tensor, nn
 
+from workers.features import (
+    Arg,
+    Declared,
+    Input,
+    Signature,
+    SignatureMismatch,
+    SpecError,
+    assemble,
+    check_model_args,
+    example_rows,
+)
 from workers.runtime.oip_wire import OipSpec
 
 ModelName = Literal["baseline", "powerful"]
@@ -71,6 +85,9 @@ class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     oip: OipSpec | None = None
     path: str | None = None
     config: ModelConfig = ModelConfig()
+    #: What the model takes, in ``forward``'s order (``[[model.inputs]]``); none: the fixed
+    #: ``dense[B, config.num_dense], sparse[B, config.num_sparse]``.
+    inputs: tuple[Input, ...] = ()
     device: Literal["auto", "cpu", "cuda"] = "auto"
     #: Intra-op threads for torch; 0 picks one per core minus one for the event loop.
     threads: Annotated[int, Meta(ge=0, le=256)] = 0
@@ -78,6 +95,13 @@ class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     #: a fresh process allocates and picks kernels on its first passes of each size, and a
     #: replica that joins a pool mid-run must not spend them on live requests.
     warmup_rows: Annotated[int, Meta(ge=2, le=1 << 16)] = 64
+
+    def signature(self) -> Signature:
+        """The model's inputs as declared, or the fixed signature; `SpecError` names the key
+        of a declaration that cannot be served."""
+        if not self.inputs:
+            return Signature.fixed(self.config.num_dense, self.config.num_sparse)
+        return Signature.of(self.inputs)
 
 
 def _mlp(widths: list[int], final_activation: bool) -> nn.Sequential:
@@ -242,13 +266,22 @@ class LoadedModel:
     config: ModelConfig
     device: torch.device
     source: str
+    #: The tensors ``forward`` takes (`Signature.args`); None: the fixed signature's.
+    args: tuple[Arg, ...] | None = None
 
-    def score(self, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
-        """Scores (float32[B]) of rows given as numpy arrays of the model's shape."""
+    def __post_init__(self) -> None:
+        if self.args is None:
+            fixed = Signature.fixed(self.config.num_dense, self.config.num_sparse)
+            self.args = tuple(fixed.args())
+
+    def score(self, *inputs: np.ndarray) -> np.ndarray:
+        """Scores (float32[B]) of rows given as numpy arrays of the model's shapes, in its
+        signature's order (``dense, sparse`` unless it declares its inputs)."""
+        assert self.args is not None
         with torch.inference_mode():
-            d = torch.from_numpy(np.ascontiguousarray(dense, dtype=np.float32))
-            s = torch.from_numpy(np.ascontiguousarray(sparse, dtype=np.int64))
-            out = self.module(d.to(self.device), s.to(self.device))
+            tensors = [torch.from_numpy(np.ascontiguousarray(x, dtype=arg.dtype)).to(self.device)
+                       for x, arg in zip(inputs, self.args, strict=True)]
+            out = self.module(*tensors)
             return out.reshape(-1).float().cpu().numpy()
 
 
@@ -259,24 +292,41 @@ class ModelLoadError(RuntimeError):
 def load_model(spec: ModelSpec) -> LoadedModel:
     """The model of ``spec`` on its device, checked and warmed up by forward passes.
 
-    ``.pt2`` files are ``torch.export`` programs; any other file is tried as TorchScript.
+    ``.pt2`` files are ``torch.export`` programs; any other file is tried as TorchScript. The
+    model's inputs must be its spec's (``model.inputs``, or the fixed signature): a program's
+    declared inputs (their count; a ``torch.export`` program's dtypes and fixed dimensions
+    too) are compared with the spec first, naming the input that differs, then every warm-up
+    pass feeds it rows built from the spec (`workers.features.example_rows`).
     """
     configure_threads(spec.threads)
     device = pick_device(spec.device)
+    try:
+        signature = spec.signature()
+    except SpecError as exc:
+        raise ModelLoadError(f"bad worker config at {exc}") from None
     if spec.path is None:
+        if signature.declared:
+            raise ModelLoadError("bad worker config at `model.inputs`: the reference models "
+                                 "take the fixed dense and sparse inputs; declare inputs for "
+                                 "a model file (`model.path`) or server")
         module: Any = build_reference(spec.name, spec.config).to(device)
         source = f"reference:{spec.name}"
     else:
-        module = _load_file(Path(spec.path), device)
+        module, declared = _load_file(Path(spec.path), device)
         source = spec.path
-    loaded = LoadedModel(module, spec.name, spec.config, device, source)
-    for rows in warmup_sizes(spec.warmup_rows):
-        dense, sparse = example_inputs(spec.config, rows=rows, seed=rows)
         try:
-            scores = loaded.score(dense.numpy(), sparse.numpy())
+            check_model_args(declared, signature, source)
+        except SignatureMismatch as exc:
+            raise ModelLoadError(str(exc)) from None
+    loaded = LoadedModel(module, spec.name, spec.config, device, source,
+                         tuple(signature.args()))
+    for rows in warmup_sizes(spec.warmup_rows):
+        inputs = assemble([example_rows(signature, rows, seed=rows)])
+        try:
+            scores = loaded.score(*inputs)
         except Exception as exc:
-            raise ModelLoadError(f"{source} does not accept dense[B, {spec.config.num_dense}] "
-                                 f"and sparse[B, {spec.config.num_sparse}]: {exc}") from exc
+            raise ModelLoadError(f"{source} does not accept {signature.describe()} (the spec, "
+                                 f"`{signature.where}`): {exc}") from exc
         if scores.shape != (rows,):
             raise ModelLoadError(f"{source} returned shape {tuple(scores.shape)} for {rows} "
                                  "rows; expected one score per row")
@@ -289,7 +339,8 @@ def warmup_sizes(max_rows: int) -> list[int]:
     return [*sizes, max_rows]
 
 
-def _load_file(path: Path, device: torch.device) -> Any:
+def _load_file(path: Path, device: torch.device) -> tuple[Any, list[Declared]]:
+    """The model in a file, and its inputs as the file declares them."""
     if not path.is_file():
         raise ModelLoadError(f"model file {path} does not exist")
     try:
@@ -297,8 +348,29 @@ def _load_file(path: Path, device: torch.device) -> Any:
             warnings.simplefilter("ignore", FutureWarning)  # torch.jit.load is deprecated
             warnings.filterwarnings("ignore", "No complete tensor found")  # export archive note
             if path.suffix == ".pt2":
-                module = torch.export.load(str(path)).module()
-                return module.to(device) if device.type != "cpu" else module
-            return torch.jit.load(str(path), map_location=device).eval()
+                program = torch.export.load(str(path))
+                module = program.module()
+                declared = _program_inputs(program)
+                return (module.to(device) if device.type != "cpu" else module), declared
+            script = torch.jit.load(str(path), map_location=device).eval()
     except Exception as exc:
         raise ModelLoadError(f"cannot load model {path}: {exc}") from exc
+    # TorchScript keeps forward's argument names, not their dtypes or shapes: the warm-up
+    # passes are what check those.
+    arguments = script.forward.schema.arguments[1:]    # after self
+    return script, [Declared(a.name) for a in arguments]
+
+
+def _program_inputs(program: Any) -> list[Declared]:
+    """A ``torch.export`` program's user inputs: each placeholder's dtype and shape, a
+    dimension it exported as dynamic (a symbol) as None."""
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    declared = []
+    for name in program.graph_signature.user_inputs:
+        value = placeholders[name].meta.get("val") if name in placeholders else None
+        if not isinstance(value, torch.Tensor):
+            declared.append(Declared(name))
+            continue
+        shape = tuple(d if isinstance(d, int) else None for d in value.shape)
+        declared.append(Declared(name, str(value.dtype).removeprefix("torch."), shape))
+    return declared

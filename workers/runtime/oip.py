@@ -26,7 +26,8 @@ import numpy as np
 import urllib3
 from urllib3.util import Retry, Timeout, parse_url
 
-from workers.runtime.models import ModelConfig, ModelLoadError, ModelSpec, warmup_sizes
+from workers.features import Signature, SpecError, assemble, example_rows
+from workers.runtime.models import ModelLoadError, ModelSpec, warmup_sizes
 from workers.runtime.oip_wire import (
     ModelMetadata,
     OipError,
@@ -35,7 +36,7 @@ from workers.runtime.oip_wire import (
     decode_metadata,
     decode_scores,
     encode_infer,
-    expected_inputs,
+    signature_inputs,
 )
 
 _JSON = {"Content-Type": "application/json"}
@@ -51,9 +52,9 @@ class OipModel:
     """One model on one server; see the module docstring. Not for concurrent ``score`` calls
     (the batcher makes none); start-up calls come before the inference thread starts."""
 
-    def __init__(self, spec: OipSpec, config: ModelConfig) -> None:
+    def __init__(self, spec: OipSpec, signature: Signature) -> None:
         self.spec = spec
-        self.config = config
+        self.signature = signature
         base = spec.url.rstrip("/")
         prefix = (parse_url(base).path or "").rstrip("/")
         model = f"{prefix}/v2/models/{quote(spec.model_name, safe='')}"
@@ -69,17 +70,25 @@ class OipModel:
             base, maxsize=spec.connections, block=False,
             timeout=Timeout(connect=spec.connect_timeout_s, read=spec.timeout_s),
             retries=Retry(total=1, connect=1, read=0, status=0, other=0, redirect=0))
-        self._inputs = expected_inputs(spec.dense_input, config.num_dense, spec.sparse_input,
-                                       config.num_sparse)
+        # The fixed signature's tensors keep their configurable names; declared inputs are
+        # sent under their own.
+        renames = ({} if signature.declared else
+                   {"dense": spec.dense_input, "sparse": spec.sparse_input})
+        self._args = signature.args()
+        self._inputs = signature_inputs(self._args, renames)
 
-    def score(self, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
-        """Scores (float32[B]) of one batch, from the server; raises :class:`OipCallError`."""
-        body = encode_infer([(self.spec.dense_input, np.ascontiguousarray(dense, np.float32)),
-                             (self.spec.sparse_input, np.ascontiguousarray(sparse, np.int64))],
-                            self.spec.output)
+    def score(self, *inputs: np.ndarray) -> np.ndarray:
+        """Scores (float32[B]) of one batch, from the server; raises :class:`OipCallError`.
+        ``inputs`` are the spec's tensors in order (`workers.features.assemble`)."""
+        body = encode_infer([(want.name, np.ascontiguousarray(x, arg.dtype))
+                             for x, want, arg in zip(inputs, self._inputs, self._args,
+                                                     strict=True)], self.spec.output)
         answer = self._call("POST", "infer", body)
+        # The batch's rows: any [B, d] tensor's first dimension, else a multi-hot offsets' less 1.
+        rows = next((len(x) for x, arg in zip(inputs, self._args, strict=True)
+                     if len(arg.shape) == 2), len(inputs[-1]) - 1)
         try:
-            return decode_scores(answer, self.spec.output, len(dense))
+            return decode_scores(answer, self.spec.output, rows)
         except OipError as exc:
             raise OipCallError(f"{self.source}: {exc}") from None
 
@@ -128,7 +137,11 @@ def connect(spec: ModelSpec, sleep: Callable[[float], None] = time.sleep,
     Called at start, before the worker takes traffic (``Worker.start``)."""
     if spec.oip is None:
         raise ModelLoadError("bad worker config at `model.oip`: backend \"oip\" needs it")
-    model = OipModel(spec.oip, spec.config)
+    try:
+        signature = spec.signature()
+    except SpecError as exc:
+        raise ModelLoadError(f"bad worker config at {exc}") from None
+    model = OipModel(spec.oip, signature)
     try:
         _wait_ready(model, spec.oip, sleep, clock)
         if spec.oip.check_metadata:
@@ -161,13 +174,9 @@ def _warm_up(model: OipModel, spec: ModelSpec) -> None:
     """Probe batches of 2, 4, ... ``warmup_rows`` rows: the answer's shape is checked once
     here rather than on live traffic, and the server's first passes of each size (and the
     pooled connection) are not spent on live requests."""
-    rng = np.random.default_rng(0)
-    cfg = spec.config
     for rows in warmup_sizes(spec.warmup_rows):
-        dense = rng.standard_normal((rows, cfg.num_dense)).astype(np.float32)
-        sparse = rng.integers(0, 1 << 31, (rows, cfg.num_sparse), dtype=np.int64)
         try:
-            model.score(dense, sparse)
+            model.score(*assemble([example_rows(model.signature, rows, seed=rows)]))
         except OipCallError as exc:
             raise ModelLoadError(f"{model.source} failed a probe batch of {rows} rows: "
                                  f"{exc}") from None

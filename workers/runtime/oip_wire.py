@@ -22,9 +22,12 @@ import msgspec
 import numpy as np
 from msgspec import Meta
 
+from workers.features import Arg
+
 #: numpy dtype of a tensor the worker sends -> its OIP datatype.
 DATATYPES: dict[np.dtype[Any], str] = {
-    np.dtype(np.float32): "FP32", np.dtype(np.int64): "INT64"}
+    np.dtype(np.float32): "FP32", np.dtype(np.float64): "FP64", np.dtype(np.int32): "INT32",
+    np.dtype(np.int64): "INT64"}
 #: OIP datatypes a score tensor may come back in.
 SCORE_DATATYPES = frozenset({"FP16", "FP32", "FP64", "INT8", "INT16", "INT32", "INT64",
                              "UINT8", "UINT16", "UINT32", "UINT64"})
@@ -105,9 +108,21 @@ _metadata = msgspec.json.Decoder(ModelMetadata)
 
 def expected_inputs(dense_name: str, num_dense: int, sparse_name: str,
                     num_sparse: int) -> list[MetadataTensor]:
-    """The two tensors the worker sends, as a model's metadata must declare them."""
+    """The two tensors the worker sends for the fixed signature, as a model's metadata must
+    declare them."""
     return [MetadataTensor(name=dense_name, datatype="FP32", shape=[-1, num_dense]),
             MetadataTensor(name=sparse_name, datatype="INT64", shape=[-1, num_sparse])]
+
+
+def signature_inputs(args: list[Arg], names: dict[str, str] | None = None) -> list[MetadataTensor]:
+    """The tensors the worker sends for a model spec (its `workers.features.Arg` list), as
+    the model's metadata must declare them, a varying dimension as ``-1``; ``names`` renames
+    some (the fixed signature's ``dense`` and ``sparse`` to ``model.oip.dense_input`` and
+    ``sparse_input``). A multi-hot input is two tensors, ``{name}_values`` and
+    ``{name}_offsets``, both ``[-1]``."""
+    names = names or {}
+    return [MetadataTensor(name=names.get(a.name, a.name), datatype=DATATYPES[a.dtype],
+                           shape=[-1 if d is None else d for d in a.shape]) for a in args]
 
 
 def encode_infer(inputs: list[tuple[str, np.ndarray]], output: str | None) -> bytes:

@@ -200,13 +200,15 @@ def _notice_allowed(remote: str, nets: tuple[IPv4Network | IPv6Network, ...]) ->
 
 
 async def _healthz(request: web.Request) -> web.Response:
-    """Alive: the event loop answers. Also says what input shape the model takes."""
+    """Alive: the event loop answers. Also says what the model takes: its inputs (the spec a
+    request's features are checked against) and, for the fixed signature, its two widths."""
     worker = request.app[WORKER_KEY]
     cfg = worker.config.model
     return _json_response(worker, 200, {
         "status": "ok", "worker_id": worker.config.worker_id, "pool_id": worker.config.pool,
         "model": cfg.name, "num_dense": cfg.config.num_dense,
-        "num_sparse": cfg.config.num_sparse})
+        "num_sparse": cfg.config.num_sparse,
+        "inputs": msgspec.to_builtins(worker.signature.inputs)})
 
 
 async def _readyz(request: web.Request) -> web.Response:

@@ -25,6 +25,7 @@ from schemas import keywatch
 from schemas.clock import wall_ms, wall_ms_fine
 from schemas.contract import ControlTargets, PreemptionNotice, WindowReport
 from workers.api import RankResponse, ServerState
+from workers.features import Rows
 from workers.policy.admission import Admission, shed_priority
 from workers.policy.replica import NoticeOutcome, ReplicaPolicy
 from workers.policy.targets import EffectiveTargets, TargetState, TargetVerdict
@@ -41,7 +42,7 @@ from workers.runtime.config import WorkerConfig
 from workers.runtime.metrics import Snapshot, WorkerMetrics
 from workers.runtime.models import load_model
 from workers.runtime.telemetry import Identity, LoadTotals, TelemetryWindow
-from workers.wire import RequestBody, ShapeMismatch, model_inputs
+from workers.wire import RequestBody, ShapeMismatch, model_rows
 
 #: How a preemption notice reached the worker.
 NoticePath = Literal["kafka", "http"]
@@ -99,6 +100,8 @@ class Worker:
         this worker and the simulated one alike, ``tests/conformance``)."""
         self.config = config
         self.clock_ms = clock_ms
+        #: What the model takes (`workers.features`): every request is checked against it.
+        self.signature = config.model.signature()
         self.model: ServedModel | None = None
         self.admission: Admission[Job] = Admission(
             config.admission, whole_requests=config.whole_request_optional,
@@ -203,26 +206,26 @@ class Worker:
         if self.model is None or not self.batcher.running or self.stopping:
             raise NotReady("the model is still loading" if self.model is None
                            else "the worker is shutting down")
-        dense, sparse = self._arrays(req)
+        rows = self._rows(req)
         started = time.perf_counter()
         effective = self.current_targets()
         self.in_flight += 1
         try:
             if self.config.whole_request_optional:
-                return await self._serve_whole(req, dense, sparse, effective, started)
-            return await self._serve_split(req, dense, sparse, effective, started)
+                return await self._serve_whole(req, rows, effective, started)
+            return await self._serve_split(req, rows, effective, started)
         finally:
             self.in_flight -= 1
 
-    async def _serve_whole(self, req: RequestBody, dense: np.ndarray, sparse: np.ndarray,
-                           effective: EffectiveTargets, started: float) -> RankResponse:
+    async def _serve_whole(self, req: RequestBody, rows: Rows, effective: EffectiveTargets,
+                           started: float) -> RankResponse:
         """SBM: the request is one unit of optional work, its base candidates done or not at
         all; its extra candidates are trimmed to what fits (`Admission.fit_whole`).
 
         Not doing it raises :class:`OptionalShed` (HTTP 503), never a 200 without the baseline
         candidates' scores, so the client always falls back to the baseline pool.
         """
-        n = len(sparse)
+        n = rows.count
         reason = self.policy.whole_refusal(effective)
         if reason is not None:
             self.batcher.count_shed(reason, n)
@@ -234,9 +237,9 @@ class Worker:
             self.batcher.count_shed(allowance.refused, n - base_n - allowance.allowed)
         kept = base_n + self.batcher.fit_whole(base_n, allowance.allowed)
         if kept < n:
-            sparse = sparse[:kept]
+            rows = rows.take(0, kept)
         try:
-            scores = await self.batcher.submit_optional(dense, sparse, shed_priority(
+            scores = await self.batcher.submit_optional(rows, shed_priority(
                 req.value, req.gain), req.deadline_ms)
         except Shed as shed:
             self.window.record((time.perf_counter() - started) * 1000.0, False, n, 0)
@@ -256,21 +259,21 @@ class Worker:
             scored=kept, optional_scored=kept - base_n, optional_shed=n - kept,
             shed_reason="overload" if kept < n else None, server=self.server_state())
 
-    async def _serve_split(self, req: RequestBody, dense: np.ndarray, sparse: np.ndarray,
-                           effective: EffectiveTargets, started: float) -> RankResponse:
+    async def _serve_split(self, req: RequestBody, rows: Rows, effective: EffectiveTargets,
+                           started: float) -> RankResponse:
         """RMA: baseline candidates always scored; extra candidates only as allowed."""
         base_n = req.base_count
-        extra_n = len(sparse) - base_n
+        extra_n = rows.count - base_n
         with self._targets_lock:
             allowance = self.policy.allow_extra(effective, extra_n)
         if allowance.new_budget is not None:
             self.batcher.set_budget(allowance.new_budget)
         allowed, refusal = allowance.allowed, allowance.refused
         try:
-            base_fut = self.batcher.submit_baseline(dense, sparse[:base_n]) if base_n else None
+            base_fut = self.batcher.submit_baseline(rows.take(0, base_n)) if base_n else None
             fitted = self.batcher.fit_optional(allowed)
             trimmed, allowed = allowed - fitted, fitted
-            opt_fut = (self.batcher.submit_optional(dense, sparse[base_n:base_n + allowed],
+            opt_fut = (self.batcher.submit_optional(rows.take(base_n, base_n + allowed),
                                                     shed_priority(req.value, req.gain),
                                                     req.deadline_ms)
                        if allowed else None)
@@ -305,7 +308,7 @@ class Worker:
             except RuntimeError:
                 shed_reason = "model_failure"
                 self.batcher.count_shed(shed_reason, allowed)
-        self.window.record((time.perf_counter() - started) * 1000.0, base_n > 0, len(sparse),
+        self.window.record((time.perf_counter() - started) * 1000.0, base_n > 0, rows.count,
                            optional_done)
         self.metrics.requests.labels("ok").inc()
         return RankResponse(
@@ -315,12 +318,11 @@ class Worker:
             shed_reason=shed_reason if optional_done < extra_n else None,
             server=self.server_state())
 
-    def _arrays(self, req: RequestBody) -> tuple[np.ndarray, np.ndarray]:
-        """Dense vector and sparse rows of the model's shape (`workers.wire.model_inputs`);
+    def _rows(self, req: RequestBody) -> Rows:
+        """The request's rows as the model's spec takes them (`workers.wire.model_rows`);
         RequestError names a bad field."""
-        cfg = self.config.model.config
         try:
-            return model_inputs(req, cfg.num_dense, cfg.num_sparse, self.config.model.name)
+            return model_rows(req, self.signature, self.config.model.name)
         except ShapeMismatch as exc:
             raise RequestError(str(exc)) from None
 
@@ -438,7 +440,7 @@ class Worker:
 
 
 class _NotLoaded:
-    def score(self, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
+    def score(self, *inputs: np.ndarray) -> np.ndarray:
         raise RuntimeError("no model loaded")
 
 

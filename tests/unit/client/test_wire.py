@@ -110,7 +110,6 @@ def _drop(name: str) -> Callable[[dict[str, Any]], None]:
 
 @pytest.mark.parametrize(("mutate", "named"), [
     (_drop("request_id"), "`request_id`"),
-    (_drop("sparse"), "`sparse`"),
     (_set(value="high"), "`$.value`"),
     (_set(deadline_ms=0.0), "`$.deadline_ms`"),
     (_set(extra=True), "`extra`"),
@@ -133,7 +132,7 @@ def _drop(name: str) -> Callable[[dict[str, Any]], None]:
     (_column("ids", "<u8", [1, 2, 3, 4]), "`$.ids.dtype` is '<u8'; expected '<i8'"),
     (_column("ids", "<i8", np.zeros(MAX_CANDIDATES + 1)), f"{MAX_CANDIDATES + 1} candidates; "
                                                           f"at most {MAX_CANDIDATES}"),
-], ids=["missing-field", "missing-column", "wrong-type", "out-of-bounds", "unknown-field",
+], ids=["missing-field", "wrong-type", "out-of-bounds", "unknown-field",
         "version", "base-count", "data-not-bytes", "unknown-array-field", "big-endian",
         "float-sparse", "shape-rank", "data-length", "negative-shape", "negative-sparse-id",
         "sparse-id-beyond-int32", "nan-prior", "rows-disagree", "infinite-dense",

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
+from workers.features import Rows
 from workers.policy.admission import Admission, AdmissionConfig
 from workers.runtime.batching import (
     Batcher,
@@ -35,7 +36,8 @@ class RecordingScorer:
         self.entered = threading.Event()
         self.fail_next = False
 
-    def score(self, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
+    def score(self, *inputs: np.ndarray) -> np.ndarray:
+        dense, sparse = inputs
         self.entered.set()
         if self.gate is not None:
             assert self.gate.wait(10), "test never opened the gate"
@@ -47,10 +49,10 @@ class RecordingScorer:
         return (dense[:, 0] * 1000 + sparse[:, 0]).astype(np.float32)
 
 
-def rows(tag: float, n: int) -> tuple[np.ndarray, np.ndarray]:
+def rows(tag: float, n: int) -> Rows:
     dense = np.array([tag, 0.0], dtype=np.float32)
     sparse = np.stack([np.arange(n), np.zeros(n)], axis=1).astype(np.int64)
-    return dense, sparse
+    return Rows.fixed(dense, sparse)
 
 
 def expected(tag: float, n: int) -> list[float]:
@@ -75,7 +77,7 @@ async def gated() -> AsyncIterator[Gated]:
 async def hold_first_pass(batcher: Batcher, scorer: RecordingScorer
                           ) -> asyncio.Future[np.ndarray]:
     """Submit a blocker and wait until the inference thread is inside the model with it."""
-    first = batcher.submit_baseline(*rows(99, 1))
+    first = batcher.submit_baseline(rows(99, 1))
     assert await asyncio.to_thread(scorer.entered.wait, 10)
     return first
 
@@ -93,7 +95,7 @@ async def wait_for_reports(reports: list[BatchReport], n: int) -> None:
 async def test_rows_of_concurrent_requests_share_one_forward_pass(gated: Gated) -> None:
     batcher, scorer, gate, reports = gated
     first = await hold_first_pass(batcher, scorer)
-    futures = [batcher.submit_baseline(*rows(tag, 3)) for tag in range(10)]
+    futures = [batcher.submit_baseline(rows(tag, 3)) for tag in range(10)]
     gate.set()
     results = await asyncio.wait_for(asyncio.gather(first, *futures), 10)
     for tag, scores in enumerate(results[1:]):
@@ -106,8 +108,8 @@ async def test_rows_of_concurrent_requests_share_one_forward_pass(gated: Gated) 
 async def test_batches_never_exceed_max_rows_except_for_one_large_request(gated: Gated) -> None:
     batcher, scorer, gate, _ = gated
     first = await hold_first_pass(batcher, scorer)
-    futures = [batcher.submit_baseline(*rows(tag, 30)) for tag in range(4)]
-    futures.append(batcher.submit_baseline(*rows(7, 100)))
+    futures = [batcher.submit_baseline(rows(tag, 30)) for tag in range(4)]
+    futures.append(batcher.submit_baseline(rows(7, 100)))
     gate.set()
     results = await asyncio.wait_for(asyncio.gather(first, *futures), 10)
     assert list(results[-1]) == expected(7, 100)
@@ -117,8 +119,8 @@ async def test_batches_never_exceed_max_rows_except_for_one_large_request(gated:
 async def test_baseline_rows_go_before_optional_rows_in_a_batch(gated: Gated) -> None:
     batcher, scorer, gate, reports = gated
     first = await hold_first_pass(batcher, scorer)
-    opt = batcher.submit_optional(*rows(1, 2), value=10.0, deadline_ms=FAR_MS)
-    base = batcher.submit_baseline(*rows(2, 2))
+    opt = batcher.submit_optional(rows(1, 2), value=10.0, deadline_ms=FAR_MS)
+    base = batcher.submit_baseline(rows(2, 2))
     gate.set()
     await asyncio.wait_for(asyncio.gather(first, opt, base), 10)
     assert scorer.batches[1] == [2.0, 2.0, 1.0, 1.0]
@@ -131,11 +133,11 @@ async def test_preemption_sheds_queued_optional_work_and_still_serves_baseline(
         gated: Gated) -> None:
     batcher, scorer, gate, _ = gated
     first = await hold_first_pass(batcher, scorer)
-    opt = batcher.submit_optional(*rows(1, 4), value=10.0, deadline_ms=FAR_MS)
-    base = batcher.submit_baseline(*rows(2, 4))
+    opt = batcher.submit_optional(rows(1, 4), value=10.0, deadline_ms=FAR_MS)
+    base = batcher.submit_baseline(rows(2, 4))
     assert batcher.preempt() == 1
-    later = batcher.submit_optional(*rows(3, 4), value=99.0, deadline_ms=FAR_MS)
-    also_base = batcher.submit_baseline(*rows(4, 1))
+    later = batcher.submit_optional(rows(3, 4), value=99.0, deadline_ms=FAR_MS)
+    also_base = batcher.submit_baseline(rows(4, 1))
     gate.set()
     for fut in (opt, later):
         with pytest.raises(Shed) as info:
@@ -158,8 +160,8 @@ async def in_service(base_tag: float, opt_tag: float
     admission: Admission[Job] = Admission(AdmissionConfig(max_queue_delay_ms=60_000.0))
     batcher = Batcher(scorer, admission, BatchingConfig(max_batch_rows=64, max_wait_ms=0.0),
                       on_batch=reports.append)
-    base = batcher.submit_baseline(*rows(base_tag, 2))
-    opt = batcher.submit_optional(*rows(opt_tag, 3), value=10.0, deadline_ms=FAR_MS)
+    base = batcher.submit_baseline(rows(base_tag, 2))
+    opt = batcher.submit_optional(rows(opt_tag, 3), value=10.0, deadline_ms=FAR_MS)
     batcher.start()
     assert await asyncio.to_thread(scorer.entered.wait, 10)
     return batcher, scorer, gate, reports, base, opt
@@ -194,7 +196,7 @@ async def test_a_notice_and_a_resume_within_one_pass_still_discard_its_optional_
         assert list(await asyncio.wait_for(base, 10)) == expected(1, 2)
         with pytest.raises(Shed, match="preemption"):
             await asyncio.wait_for(opt, 10)
-        after = batcher.submit_optional(*rows(3, 2), value=1.0, deadline_ms=FAR_MS)
+        after = batcher.submit_optional(rows(3, 2), value=1.0, deadline_ms=FAR_MS)
         assert list(await asyncio.wait_for(after, 10)) == expected(3, 2)  # a pass after is used
         await wait_for_reports(reports, 2)
         assert [r.discarded_optional_rows for r in reports] == [3, 0]
@@ -206,7 +208,7 @@ async def test_a_notice_and_a_resume_within_one_pass_still_discard_its_optional_
 async def test_optional_work_that_outlives_its_deadline_is_shed(gated: Gated) -> None:
     batcher, scorer, gate, _ = gated
     first = await hold_first_pass(batcher, scorer)
-    opt = batcher.submit_optional(*rows(1, 2), value=1.0, deadline_ms=1.0)
+    opt = batcher.submit_optional(rows(1, 2), value=1.0, deadline_ms=1.0)
     await asyncio.sleep(0.02)
     gate.set()
     with pytest.raises(Shed, match="deadline"):
@@ -221,7 +223,7 @@ async def test_the_event_loop_keeps_running_during_a_forward_pass(gated: Gated) 
     # The model is blocked inside the forward pass; the loop must still run coroutines and
     # accept work. If the forward ran on the loop, none of this could happen before the gate.
     await asyncio.sleep(0.01)
-    queued = batcher.submit_baseline(*rows(5, 1))
+    queued = batcher.submit_baseline(rows(5, 1))
     loop = asyncio.get_running_loop()
     loop.call_later(0.01, gate.set)
     assert list(await asyncio.wait_for(queued, 10)) == expected(5, 1)
@@ -231,11 +233,11 @@ async def test_the_event_loop_keeps_running_during_a_forward_pass(gated: Gated) 
 async def test_a_failing_model_fails_its_batch_and_the_batcher_keeps_serving(gated: Gated) -> None:
     batcher, scorer, gate, reports = gated
     scorer.fail_next = True
-    bad = batcher.submit_baseline(*rows(1, 1))
+    bad = batcher.submit_baseline(rows(1, 1))
     gate.set()
     with pytest.raises(RuntimeError, match="model failed: ValueError: boom"):
         await asyncio.wait_for(bad, 10)
-    good = batcher.submit_baseline(*rows(2, 1))
+    good = batcher.submit_baseline(rows(2, 1))
     assert list(await asyncio.wait_for(good, 10)) == expected(2, 1)
     await wait_for_reports(reports, 2)
     assert reports[0].error is not None and reports[1].error is None
@@ -246,7 +248,7 @@ async def test_a_full_batch_does_not_wait_for_max_wait() -> None:
     batcher = Batcher(scorer, Admission(), BatchingConfig(max_batch_rows=8, max_wait_ms=10_000.0))
     batcher.start()
     try:
-        fut = batcher.submit_baseline(*rows(1, 8))
+        fut = batcher.submit_baseline(rows(1, 8))
         # Far less than max_wait_ms: the batch is full, so it must go at once.
         assert list(await asyncio.wait_for(fut, 3.0)) == expected(1, 8)
     finally:
@@ -256,7 +258,7 @@ async def test_a_full_batch_does_not_wait_for_max_wait() -> None:
 async def test_stop_serves_queued_work_then_refuses_more(gated: Gated) -> None:
     batcher, scorer, gate, _ = gated
     first = await hold_first_pass(batcher, scorer)
-    queued = batcher.submit_baseline(*rows(3, 2))
+    queued = batcher.submit_baseline(rows(3, 2))
     stopper = asyncio.create_task(asyncio.to_thread(batcher.stop, 10))
     await asyncio.sleep(0.01)
     gate.set()
@@ -264,9 +266,9 @@ async def test_stop_serves_queued_work_then_refuses_more(gated: Gated) -> None:
     assert list(await queued) == expected(3, 2)
     await first
     with pytest.raises(BatcherStopped):
-        batcher.submit_baseline(*rows(4, 1))
+        batcher.submit_baseline(rows(4, 1))
     with pytest.raises(Shed, match="shutdown"):
-        await batcher.submit_optional(*rows(5, 1), value=1.0, deadline_ms=FAR_MS)
+        await batcher.submit_optional(rows(5, 1), value=1.0, deadline_ms=FAR_MS)
 
 
 async def test_real_model_scores_through_the_batcher_match_direct_scoring() -> None:
@@ -277,7 +279,8 @@ async def test_real_model_scores_through_the_batcher_match_direct_scoring() -> N
     batcher.start()
     try:
         inputs = [example_inputs(cfg, n, seed=n) for n in (1, 4, 9)]
-        futures = [batcher.submit_baseline(d[0].numpy(), s.numpy()) for d, s in inputs]
+        futures = [batcher.submit_baseline(Rows.fixed(d[0].numpy(), s.numpy()))
+                   for d, s in inputs]
         results = await asyncio.wait_for(asyncio.gather(*futures), 10)
     finally:
         batcher.stop(5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,30 @@ def test_the_model_server_backend_is_read_from_the_model_table(tmp_path: Path) -
     assert (model.oip.url, model.oip.model_name, model.oip.timeout_s, model.oip.output) == (
         "http://mlserver:8080/prefix", "ranker", 0.5, "predict")
     assert (model.oip.dense_input, model.oip.sparse_input) == ("dense", "sparse")
+
+
+def test_declared_model_inputs_are_read_from_toml_next_to_the_model_path(tmp_path: Path) -> None:
+    model = tmp_path / "ranker.pt2"
+    model.write_bytes(b"")
+    path = tmp_path / "worker.toml"
+    path.write_text(f'worker_id = "w"\n[model]\npath = "{model}"\n'
+                    '[[model.inputs]]\nname = "user"\nkind = "request_dense"\nsize = 13\n'
+                    '[[model.inputs]]\nname = "history"\nkind = "multi_hot"\n'
+                    'cardinality = 1000\n')
+    signature = load_config(path).model.signature()
+    assert signature.names() == ["user", "history"]
+    assert [a.name for a in signature.args()] == ["user", "history_values", "history_offsets"]
+    assert load_config(None, {"worker_id": "w"}).model.signature().names() == ["dense", "sparse"]
+
+
+@pytest.mark.parametrize(("inputs", "named"), [
+    ([{"name": "a", "kind": "sparse"}], "a sparse input needs `size` - at `$.model.inputs[0]`"),
+    ([{"name": "a", "kind": "multi_hot"}, {"name": "a_offsets", "kind": "sparse", "size": 1}],
+     "`model.inputs[1].name`: 'a_offsets' is also the name of `model.inputs[0]`"),
+    ([{"name": "a", "kind": "sparse", "size": 1}],
+     "`model.inputs`: the reference models take the fixed dense and sparse inputs"),
+])
+def test_bad_model_inputs_are_refused_at_start_naming_the_key(inputs: list[dict],
+                                                              named: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        load_config(None, {"worker_id": "w", "model.inputs": inputs})
