@@ -157,6 +157,38 @@ $(K8S_SCHEMAS)/.built: $(CONTROLLER_GEN) $(STAMP) infra/helm/kubeconform_schemas
 	  --versions $(HELM_KUBE_VERSIONS) --crds $(K8S_SCHEMAS)/crd-yaml --out $(K8S_SCHEMAS)
 	touch $@
 
+# A Kubernetes API server to install the chart on (tests/helm/test_install.py): kube-apiserver
+# and etcd at the versions k8s.io/kubernetes pins, from the Go module proxy. Its go.mod replaces
+# its k8s.io/* modules with ./staging/src/..., which its module zip leaves out (they are modules
+# of their own), so `go install` fails: built in a copy whose replaces name the published
+# v0.x.y of each, etcd through etcdmain (a three-line main); the version the server reports (and
+# helm checks Chart.yaml's kubeVersion against) set as the release's build sets it. ~8 min of Go
+# builds on 2 cores once; then a link from the warm cache.
+KUBE_VERSION   := v1.37.0
+KUBE_STAGING   := v0.37.0
+KUBE_APISERVER := .tools/kube-$(KUBE_VERSION)/kube-apiserver
+KUBE_ETCD      := .tools/kube-$(KUBE_VERSION)/etcd
+
+$(KUBE_APISERVER):
+	@$(PREREQS) go $(GO_HELM_MIN)
+	@set -e; src=$$(go mod download -json k8s.io/kubernetes@$(KUBE_VERSION) \
+	  | $(PY) -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'); \
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; cp -r "$$src"/. "$$tmp"; chmod -R u+w "$$tmp"; \
+	cd "$$tmp" && rm -f go.work go.work.sum && \
+	sed -i -E 's#^(\s*)(k8s\.io/[a-z0-9-]+) => \./staging/src/k8s\.io/[a-z0-9-]+$$#\1\2 => \2 $(KUBE_STAGING)#' go.mod && \
+	mkdir -p cmd/etcd && printf 'package main\n\nimport (\n\t"os"\n\n\t"go.etcd.io/etcd/server/v3/etcdmain"\n)\n\nfunc main() { etcdmain.Main(os.Args) }\n' >cmd/etcd/main.go && \
+	GOWORK=off GOFLAGS=-mod=mod go build -trimpath -o $(abspath $(dir $@))/ \
+	  -ldflags "-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+	    -X k8s.io/component-base/version.gitMajor=1 \
+	    -X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION)))" \
+	  ./cmd/kube-apiserver ./cmd/etcd
+	@$@ --version
+
+helm-check: $(KUBE_APISERVER)
+helm-check: export KUBE_APISERVER := $(abspath $(KUBE_APISERVER))
+helm-check: export ETCD := $(abspath $(KUBE_ETCD))
+helm-check: export KUBE_CRDS := $(abspath $(K8S_SCHEMAS))/crd-yaml
+
 # The chart with its defaults and with every option on (ci/*-values.yaml): helm lint, then what
 # helm template renders for each Kubernetes version through kubeconform -strict, then
 # tests/helm (what Surplus makes of the rendered settings). Cold: ~5 min of Go builds, once.
