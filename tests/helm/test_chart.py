@@ -1,6 +1,7 @@
 """The Helm chart renders what Surplus's processes actually read: every SURPLUS_* variable it
 sets is an option or setting of that command, its config files load, the pods stop the way the
-worker's SIGTERM sequence needs, and its PrometheusRule with default values is the tested rules file.
+worker's SIGTERM sequence needs, every issuer of signed messages holds the key, and its
+PrometheusRule with default values is the tested rules file.
 
 `make helm-check` runs these after `helm lint` and kubeconform (which check the manifests'
 shape, not what Surplus makes of them); $HELM names the helm binary it built.
@@ -192,6 +193,36 @@ def test_opportunistic_workers_lend_through_a_native_sidecar_agent(
         if gpus is not None:
             assert float(env["SURPLUS_CAPACITY_AGENT_ACCELERATOR_UNITS"]) == float(gpus)
     assert lending
+
+
+ISSUERS = {"control-plane": "SURPLUS_CONTROL_SIGNING_KEY_FILE",
+           "capacity-agent": "SURPLUS_CAPACITY_AGENT_SIGNING_KEY_FILE",
+           "worker": "SURPLUS_WORKER_SIGNING_KEY_FILE"}
+"""Containers that issue or verify signed control messages, and the variable naming their key."""
+
+
+def test_with_a_signing_key_every_issuer_signs_with_the_mounted_key() -> None:
+    """With ``signingKey.secret`` set, receivers refuse unsigned targets, notices and grants,
+    so every container that issues or checks them (the control plane, each worker, each
+    capacity agent, whose grants would otherwise be dead-lettered) reads the key from the
+    mounted secret; without one none is told of a key."""
+    signed = _render(VALUES["everything"])
+    seen: set[str] = set()
+    pods = [*_containers(signed, "Deployment"), *_containers(signed, "StatefulSet")]
+    for container in pods:
+        variable = ISSUERS.get(container["name"])
+        if variable is None:
+            continue
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts", [])}
+        assert variable in env, f"{container['name']} has no signing key"
+        assert Path(env[variable]).parent == Path(mounts["signing-key"])
+        seen.add(container["name"])
+    assert seen == set(ISSUERS)
+    unsigned = _render(None)
+    for container in [*_containers(unsigned, "Deployment"), *_containers(unsigned, "StatefulSet")]:
+        names = {e["name"] for e in container.get("env", [])}
+        assert not names & set(ISSUERS.values()), container["name"]
 
 
 def test_opportunistic_workers_run_in_a_cpu_slice(manifests: list[dict[str, Any]]) -> None:

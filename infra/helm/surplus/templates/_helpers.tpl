@@ -175,6 +175,11 @@ grace (the pod's grace period), gpus (the pool's nvidia.com/gpu limit, or nil).
       value: {{ $agent.onRebalance | quote }}
     - name: SURPLUS_CAPACITY_AGENT_LOGLEVEL
       value: {{ $agent.logLevel | quote }}
+    {{- if $.Values.signingKey.secret }}
+    # With a signing key the control plane refuses unsigned grants: the agent signs them.
+    - name: SURPLUS_CAPACITY_AGENT_SIGNING_KEY_FILE
+      value: /etc/surplus/signing/key
+    {{- end }}
   envFrom:
     {{- include "surplus.kafkaEnvFrom" $ | nindent 4 }}
   resources:
