@@ -157,6 +157,15 @@ $(K8S_SCHEMAS)/.built: $(CONTROLLER_GEN) $(STAMP) infra/helm/kubeconform_schemas
 	  --versions $(HELM_KUBE_VERSIONS) --crds $(K8S_SCHEMAS)/crd-yaml --out $(K8S_SCHEMAS)
 	touch $@
 
+# Grafana's dashboard and panel types (@grafana/schema) and the TypeScript compiler that checks
+# the chart's dashboard against them (tests/helm/test_dashboard_schema.py), from npm at the
+# versions infra/grafana/schema/package-lock.json pins. Node.js 18+.
+GRAFANA_SCHEMA := infra/grafana/schema/node_modules/.package-lock.json
+$(GRAFANA_SCHEMA): infra/grafana/schema/package-lock.json
+	@command -v npm >/dev/null || { echo "helm-check: npm (Node.js 18+) checks the dashboard: install it"; exit 1; }
+	cd infra/grafana/schema && npm ci --no-audit --no-fund --ignore-scripts --silent
+	touch $@
+
 # A Kubernetes API server to install the chart on (tests/helm/test_install.py): kube-apiserver
 # and etcd at the versions k8s.io/kubernetes pins, from the Go module proxy. Its go.mod replaces
 # its k8s.io/* modules with ./staging/src/..., which its module zip leaves out (they are modules
@@ -192,7 +201,7 @@ helm-check: export KUBE_CRDS := $(abspath $(K8S_SCHEMAS))/crd-yaml
 # The chart with its defaults and with every option on (ci/*-values.yaml): helm lint, then what
 # helm template renders for each Kubernetes version through kubeconform -strict, then
 # tests/helm (what Surplus makes of the rendered settings). Cold: ~5 min of Go builds, once.
-helm-check: $(HELM) $(KUBECONFORM) $(K8S_SCHEMAS)/.built
+helm-check: $(HELM) $(KUBECONFORM) $(K8S_SCHEMAS)/.built $(GRAFANA_SCHEMA)
 	@mkdir -p out/helm
 	@for values in "" $(CHART)/ci/*-values.yaml; do \
 	  echo "helm lint --strict $(CHART) $${values:+--values $$values}"; \
