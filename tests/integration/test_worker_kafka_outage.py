@@ -16,7 +16,7 @@ from schemas import kafka_clients
 from schemas.codec import encode
 from schemas.kafka_config import KafkaSettings
 from surplus import localkafka
-from tests.integration.worker_support import body, running_worker, targets, tiny_config
+from tests.integration.worker_support import JSON_BODY, body, running_worker, targets, tiny_config
 from workers.api import RANK_PATH
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -46,16 +46,17 @@ async def test_outage_serves_baseline_expires_targets_and_recovers(
         assert worker.kafka is not None
         io = worker.kafka
         await eventually(lambda: worker.current_targets().epoch == 1, 30)
-        resp = await (await client.post(RANK_PATH, data=body(2, 2))).json()
+        resp = await (await client.post(RANK_PATH, headers=JSON_BODY, data=body(2, 2))).json()
         assert resp["optional_scored"] == 2
 
         await asyncio.to_thread(localkafka.down, data_dir)
         await eventually(lambda: io.readiness()[1]["outages"] == 1, 30)
         for i in range(5):  # baseline never depends on Kafka
-            resp = await (await client.post(RANK_PATH, data=body(3, 2, seed=i))).json()
+            resp = await (await client.post(RANK_PATH, headers=JSON_BODY,
+                                            data=body(3, 2, seed=i))).json()
             assert resp["scored"] >= 3
         await eventually(lambda: worker.current_targets().baseline_only, 10)
-        resp = await (await client.post(RANK_PATH, data=body(3, 2))).json()
+        resp = await (await client.post(RANK_PATH, headers=JSON_BODY, data=body(3, 2))).json()
         assert resp["scored"] == 3 and resp["shed_reason"] == "stale_targets"
         metrics = await (await client.get("/metrics")).text()
         assert "surplus_worker_kafka_outages_total 1.0" in metrics
@@ -68,7 +69,8 @@ async def test_outage_serves_baseline_expires_targets_and_recovers(
         # extras to its delay bound (the service time it measured while the CPU was busy),
         # so a few requests are allowed before both extras are scored.
         for attempt in range(50):
-            resp = await (await client.post(RANK_PATH, data=body(2, 2, seed=attempt))).json()
+            resp = await (await client.post(RANK_PATH, headers=JSON_BODY,
+                                            data=body(2, 2, seed=attempt))).json()
             if resp["optional_scored"] == 2:
                 break
             await asyncio.sleep(0.1)

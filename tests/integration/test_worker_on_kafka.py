@@ -16,7 +16,14 @@ from schemas.clock import wall_ms
 from schemas.codec import decode, encode
 from schemas.contract import DeadLetter, WindowReport
 from schemas.kafka_config import KafkaSettings
-from tests.integration.worker_support import body, notice, running_worker, targets, tiny_config
+from tests.integration.worker_support import (
+    JSON_BODY,
+    body,
+    notice,
+    running_worker,
+    targets,
+    tiny_config,
+)
 from workers.api import RANK_PATH
 from workers.runtime.config import WorkerConfig
 from workers.runtime.worker import Worker
@@ -69,12 +76,12 @@ async def test_targets_on_the_topic_are_read_from_the_beginning_and_followed(
         await eventually(lambda: worker.readiness()[0])
         assert worker.readiness()[1]["kafka"]["targets"] == "caught_up"
         assert worker.current_targets().epoch == 3  # us2's targets are not ours
-        resp = await (await client.post(RANK_PATH, data=body(2, 3))).json()
+        resp = await (await client.post(RANK_PATH, headers=JSON_BODY, data=body(2, 3))).json()
         assert resp["optional_scored"] == 1 and resp["shed_reason"] == "over_target"
         # ...and followed while running.
         produce(kafka, "targets", "eu1", encode(targets(epoch=4, extra=3)))
         await eventually(lambda: worker.current_targets().epoch == 4)
-        resp = await (await client.post(RANK_PATH, data=body(2, 3))).json()
+        resp = await (await client.post(RANK_PATH, headers=JSON_BODY, data=body(2, 3))).json()
         assert resp["optional_scored"] == 3
 
 
@@ -93,7 +100,7 @@ async def test_preemption_notice_stops_optional_work_and_the_reaction_is_measure
         stopped: list[tuple[int, int]] = []
         worker.preemption_listeners.append(
             lambda n, ns: stopped.append((n.ts_ms, wall_ms())))
-        assert (await (await client.post(RANK_PATH, data=body(2, 2))).json())[
+        assert (await (await client.post(RANK_PATH, headers=JSON_BODY, data=body(2, 2))).json())[
             "optional_scored"] == 2
         reactions = []
         for i in range(5):
@@ -102,7 +109,7 @@ async def test_preemption_notice_stops_optional_work_and_the_reaction_is_measure
             await eventually(lambda i=i: len(stopped) == i + 1)  # type: ignore[misc]
             reactions.append(stopped[-1][1] - stopped[-1][0])
         assert worker.admission.preempted and worker.targets.preempted
-        resp = await (await client.post(RANK_PATH, data=body(2, 2))).json()
+        resp = await (await client.post(RANK_PATH, headers=JSON_BODY, data=body(2, 2))).json()
         assert resp["scored"] == 2 and resp["shed_reason"] == "preemption"
         metrics = await (await client.get("/metrics")).text()
         assert "surplus_worker_preemption_reaction_seconds_count 5.0" in metrics
@@ -121,14 +128,14 @@ async def test_a_zero_notice_reclaim_on_the_topic_stops_optional_work_and_an_old
             worker.config.pool, notice_id="old", ts_ms=wall_ms() - 60_000,
             deadline_in_ms=30_000)))
         await eventually(lambda: outcomes.labels("preemption", "stale")._value.get() == 1)
-        assert (await (await client.post(RANK_PATH, data=body(2, 2))).json())[
+        assert (await (await client.post(RANK_PATH, headers=JSON_BODY, data=body(2, 2))).json())[
             "optional_scored"] == 2
         # Zero notice (the deadline is the notice's own time, as kcat would send a hardware
         # failure): optional work stops when it arrives, though its deadline has passed.
         produce(kafka, "preemption", "eu1", encode(notice(
             worker.config.pool, notice_id="now", deadline_in_ms=0)))
         await eventually(lambda: worker.admission.preempted)
-        resp = await (await client.post(RANK_PATH, data=body(2, 2))).json()
+        resp = await (await client.post(RANK_PATH, headers=JSON_BODY, data=body(2, 2))).json()
         assert resp["scored"] == 2 and resp["shed_reason"] == "preemption"
         assert outcomes.labels("preemption", "applied")._value.get() == 1
 
@@ -136,8 +143,9 @@ async def test_a_zero_notice_reclaim_on_the_topic_stops_optional_work_and_an_old
 async def test_window_reports_appear_on_the_telemetry_topic(kafka: KafkaSettings) -> None:
     async with running_worker(kafka_config(kafka)) as (_, client):
         for i in range(3):
-            assert (await client.post(RANK_PATH, data=body(2, 1, request_id=f"r{i}"))).status \
-                == 200
+            answer = await client.post(RANK_PATH, headers=JSON_BODY,
+                                       data=body(2, 1, request_id=f"r{i}"))
+            assert answer.status == 200
 
         def counted(value: bytes) -> bool:
             report = decode(WindowReport, value)
@@ -169,7 +177,7 @@ async def test_without_reachable_brokers_baseline_is_served_and_the_outage_count
     async with running_worker(config) as (worker, client):
         worker_ref: Worker = worker
         for _ in range(3):
-            resp = await client.post(RANK_PATH, data=body(3, 2))
+            resp = await client.post(RANK_PATH, headers=JSON_BODY, data=body(3, 2))
             assert resp.status == 200 and (await resp.json())["scored"] == 3
         await eventually(lambda: worker_ref.readiness()[0], timeout_s=10)
         assert worker.readiness()[1]["kafka"]["targets"] == "gave_up"

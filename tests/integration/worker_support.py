@@ -44,6 +44,11 @@ def rank_request(base: int, extra: int, request_id: str = "r1", value: float = 1
                        candidates=candidates, base_count=base)
 
 
+#: A rank request's body is JSON: the worker reads a body by its declared content type (an
+#: aiohttp client posting bytes declares application/octet-stream, which it refuses, 415).
+JSON_BODY = {"Content-Type": "application/json"}
+
+
 def body(base: int, extra: int, **kw: Any) -> bytes:
     return encode(rank_request(base, extra, **kw))
 
