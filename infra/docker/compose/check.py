@@ -106,6 +106,22 @@ def capacity_on_the_books(prometheus: str) -> str | None:
     return None
 
 
+def optional_work_done(prometheus: str) -> str | None:
+    """What the lent replicas are for: requests served by the powerful model (it runs only on
+    the agents' opportunistic replica) and extra candidates scored, as the load generator
+    counted them."""
+    def total(promql: str) -> float:
+        rows = query(prometheus, promql)
+        return float(rows[0]["value"][1]) if rows else 0.0
+
+    powerful = total('sum(surplus_loadgen_latency_seconds_count{model="powerful"})')
+    extras = total('sum(surplus_loadgen_optional_fate_units_total{fate="done"})')
+    if powerful <= 0 or extras <= 0:
+        return f"{powerful:.0f} requests served by the powerful model, {extras:.0f} extras done"
+    print(f"     {powerful:.0f} requests served by the powerful model, {extras:.0f} extras done")
+    return None
+
+
 def all_targets_up(prometheus: str) -> str | None:
     active = get_json(f"{prometheus}/api/v1/targets")["data"]["activeTargets"]
     jobs: dict[str, int] = {}
@@ -147,6 +163,8 @@ def main() -> int:
                lambda: workers_hold_targets(args.prometheus))
     ok &= poll("the capacity agents' grants are on the control plane's books", args.deadline,
                lambda: capacity_on_the_books(args.prometheus))
+    ok &= poll("optional work is done on the lent replicas", args.deadline,
+               lambda: optional_work_done(args.prometheus))
     ok &= poll("Prometheus has every target up", args.deadline,
                lambda: all_targets_up(args.prometheus))
     if args.grafana:
