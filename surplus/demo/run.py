@@ -524,8 +524,9 @@ class Demo:
         targets = {"control-plane": [self.ports.control], "scheduler": [self.ports.scheduler],
                    "loadgen": [self.ports.loadgen],
                    "workers": sorted(self.ports.workers.values())}
+        pools = {self.ports.workers[r.worker_id]: r.pool_id for r in self.replicas}
         config = self.out / "prometheus.yml"
-        config.write_text(prometheus_config(targets))
+        config.write_text(prometheus_config(targets, pools))
         port = self.prometheus_port = localkafka.free_port()
         self._start("prometheus", [f"--config.file={config}",
                                    f"--storage.tsdb.path={self.state / 'prometheus'}",
@@ -754,10 +755,19 @@ def verdict(summary: dict[str, Any]) -> str:
             f"{summary.get('notice_to_shed_p99_ms')} ms")
 
 
-def prometheus_config(targets: dict[str, list[int]]) -> str:
-    """A scrape config for the run's endpoints (job per kind of process)."""
+def prometheus_config(targets: dict[str, list[int]], pools: dict[int, str] | None = None) -> str:
+    """A scrape config for the run's endpoints (job per kind of process). A worker's target
+    carries its ``pool`` label, as compose's scrape config and the chart's ServiceMonitor set
+    it: the dashboard tells opportunistic pools by it."""
+    pools = pools or {}
     lines = ["global:", "  scrape_interval: 2s", "scrape_configs:"]
     for job, ports in targets.items():
-        hosts = ", ".join(f"'127.0.0.1:{p}'" for p in ports)
-        lines += [f"  - job_name: {job}", "    static_configs:", f"      - targets: [{hosts}]"]
+        lines += [f"  - job_name: {job}", "    static_configs:"]
+        plain = [p for p in ports if p not in pools]
+        if plain:
+            hosts = ", ".join(f"'127.0.0.1:{p}'" for p in plain)
+            lines.append(f"      - targets: [{hosts}]")
+        for port in (p for p in ports if p in pools):
+            lines += [f"      - targets: ['127.0.0.1:{port}']",
+                      f"        labels: {{pool: '{pools[port]}'}}"]
     return "\n".join(lines) + "\n"
