@@ -1,0 +1,248 @@
+"""The checker: invariants judged over a whole chaos history (``surplus.chaos.history``).
+
+Pure: a `History` in, `Violation`s out. Each invariant is one function, and each violation
+names the shortest stretch of the history that shows it (``t0``..``t1``, seconds of the run)
+and the faults in force then, so that ``surplus chaos --seed N`` replays it.
+
+- ``baseline_served``: every request was served (a request always carries baseline work;
+  invariant 1 of DESIGN.md: losing optional capacity, or any single fault the fleet is built
+  for, never loses a baseline request).
+- ``sla``: in every window of ``window_s`` with no fault on the baseline path (a baseline
+  replica killed, frozen, restarting or behind a slow or cut network, and ``settle_s`` after
+  it), the baseline p99 is within the SLA.
+- ``reclaim``: no request started after a replica's reclaim deadline (or after the notice
+  reached it, when it came late) was served by that replica with optional work, until the
+  pool was granted again (invariant 3).
+- ``targets_ttl``: no optional work was decided on targets older than their TTL (read on the
+  run's clock, allowing the receivers' ``max_clock_skew_ms``, since the control plane's clock
+  may be jumped within it) (invariant 2).
+- ``targets_epoch``: targets applied by the client, and held by each worker, never went to an
+  older epoch (a duplicate or a reordered, replayed target applied).
+- ``notices_kept``: every notice the broker acknowledged is on the preemption topic at the
+  end (acks=all on a three-node cluster: no acknowledged write is lost).
+- ``labels_counted``: every label delivered is counted by the control plane's join, under
+  some reason, at the end, across its restarts (invariants 4 and 5).
+- ``forged_refused``: every forged message was dead-lettered as refused (``unsigned``,
+  ``unknown_key``, ``bad_signature``), and no forged target was applied (invariant 6).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from surplus.chaos.history import FaultRecord, History, Request
+
+#: Dead-letter reasons that say a message was refused for its signature.
+REFUSALS = ("unsigned", "unknown_key", "bad_signature")
+#: Join reasons a label is counted under.
+LABEL_REASONS = ("joined", "late", "orphan", "duplicate")
+#: Windows with fewer served requests are too thin for a p99.
+MIN_WINDOW_SAMPLES = 20
+#: Forged targets carry epochs from here up, far above any genuine one.
+FORGED_EPOCH = 1_000_000_000
+
+
+class Violation(msgspec.Struct, frozen=True):
+    """One broken invariant: what, and the stretch of the run that shows it."""
+
+    invariant: str
+    t0: float
+    t1: float
+    what: str
+    #: The faults in force in [t0, t1] (kind:target).
+    faults: list[str] = []
+
+
+def _faults_in(history: History, t0: float, t1: float) -> list[str]:
+    return [f"{f.kind}:{f.target}@{f.t:.1f}-{f.end_t:.1f}" for f in history.faults
+            if f.t <= t1 and f.end_t >= t0]
+
+
+def _violation(history: History, invariant: str, t0: float, t1: float,
+               what: str) -> Violation:
+    return Violation(invariant, round(t0, 3), round(t1, 3), what,
+                     _faults_in(history, t0, t1))
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    rank = max(0, math.ceil(0.99 * len(ordered)) - 1)
+    return ordered[rank]
+
+
+def baseline_served(history: History) -> list[Violation]:
+    return [_violation(history, "baseline_served", r.t, r.end_t,
+                       f"request {r.request_id} failed: {r.error}")
+            for r in history.requests if not r.served]
+
+
+def _baseline_faulted(history: History) -> list[FaultRecord]:
+    return [f for f in history.faults if f.baseline_path]
+
+
+def sla(history: History) -> list[Violation]:
+    run = history.run
+    if not history.requests:
+        return []
+    faulted = [(f.t, f.end_t + run.settle_s) for f in _baseline_faulted(history)]
+    last = max(r.t for r in history.requests)
+    out = []
+    for k in range(int(last // run.window_s) + 1):
+        t0, t1 = k * run.window_s, (k + 1) * run.window_s
+        if any(a < t1 and b > t0 for a, b in faulted):
+            continue
+        latencies = [r.latency_ms for r in history.requests if t0 <= r.t < t1 and r.served]
+        if len(latencies) < MIN_WINDOW_SAMPLES:
+            continue
+        p99 = _p99(latencies)
+        if p99 > run.sla_p99_ms:
+            out.append(_violation(history, "sla", t0, t1,
+                                  f"baseline p99 {p99:.0f} ms > SLA {run.sla_p99_ms:.0f} ms "
+                                  f"over {len(latencies)} requests"))
+    return out
+
+
+def reclaim(history: History) -> list[Violation]:
+    out = []
+    for notice in history.notices:
+        if not (notice.reclaims_replica and notice.acked):
+            continue
+        reached = notice.direct_t if notice.direct_t is not None else notice.acked_t
+        start = max(notice.deadline_t, reached if reached is not None else notice.t)
+        regrants = [g.t for g in history.grants if g.pool == notice.pool and g.t > notice.t]
+        end = min(regrants) if regrants else math.inf
+        served = [r for r in history.requests
+                  if start < r.t < end and r.served and r.model == "powerful"]
+        if served:
+            first = served[0]
+            out.append(_violation(
+                history, "reclaim", notice.deadline_t, first.end_t,
+                f"{len(served)} requests served by the powerful replica after notice "
+                f"{notice.notice_id} (deadline {notice.deadline_t:.2f}, reached "
+                f"{start:.2f}); first {first.request_id} at {first.t:.2f}"))
+    return out
+
+
+def _optional(r: Request) -> bool:
+    return r.served and not r.baseline_only and (r.extra > 0 or r.routed == "powerful")
+
+
+def targets_ttl(history: History) -> list[Violation]:
+    run = history.run
+    out = []
+    for r in history.requests:
+        if not _optional(r):
+            continue
+        age = r.wall_ms - r.issued_at_ms
+        if age > r.ttl_ms + run.max_clock_skew_ms:
+            out.append(_violation(history, "targets_ttl", r.t - age / 1000.0, r.t,
+                                  f"request {r.request_id} did optional work on targets "
+                                  f"epoch {r.epoch} {age} ms old (TTL {r.ttl_ms} ms)"))
+    return out
+
+
+def targets_epoch(history: History) -> list[Violation]:
+    out = []
+    held, held_t = -1, 0.0
+    for offer in history.offers:
+        if not offer.accepted:
+            continue
+        if offer.epoch <= held:
+            out.append(_violation(history, "targets_epoch", held_t, offer.t,
+                                  f"client applied epoch {offer.epoch} after {held}"))
+        held, held_t = max(held, offer.epoch), offer.t
+    last: dict[str, tuple[int, float]] = {}
+    for sample in sorted(history.worker_epochs, key=lambda s: s.t):
+        if sample.epoch <= 0:
+            continue  # a worker (re)starting, before its first target
+        before, before_t = last.get(sample.worker, (-1, 0.0))
+        if sample.epoch < before:
+            out.append(_violation(history, "targets_epoch", before_t, sample.t,
+                                  f"worker {sample.worker} went from epoch {before} to "
+                                  f"{sample.epoch}"))
+        last[sample.worker] = (max(before, sample.epoch), sample.t)
+    return out
+
+
+def notices_kept(history: History) -> list[Violation]:
+    on_topic = history.read_back.get("preemption")
+    acked = [n for n in history.notices if n.acked]
+    if on_topic is None:
+        if not acked:
+            return []
+        return [_violation(history, "notices_kept", 0.0, acked[-1].t,
+                           "the preemption topic was not read back")]
+    return [_violation(history, "notices_kept", n.t, n.acked_t or n.t,
+                       f"acknowledged notice {n.notice_id} is not on the topic")
+            for n in acked if n.notice_id not in on_topic]
+
+
+def labels_counted(history: History) -> list[Violation]:
+    labels = history.labels
+    if labels is None:
+        return [_violation(history, "labels_counted", 0.0, history.run.duration_s,
+                           "no label totals recorded")]
+    counted = sum(labels.join.get(reason, 0) for reason in LABEL_REASONS)
+    if counted < labels.delivered:
+        return [_violation(history, "labels_counted", 0.0, history.run.duration_s,
+                           f"{labels.delivered - counted} of {labels.delivered} labels "
+                           f"delivered are counted by no reason (join: {labels.join})")]
+    return []
+
+
+def forged_refused(history: History) -> list[Violation]:
+    refused = {d.digest for d in history.dead_letters
+               if any(reason in d.reason for reason in REFUSALS)}
+    out = [_violation(history, "forged_refused", f.t, f.t,
+                      f"forged {f.topic} ({f.how}) {f.digest[:12]} was not dead-lettered "
+                      f"as refused")
+           for f in history.forged if f.acked and f.digest not in refused]
+    out += [_violation(history, "forged_refused", o.t, o.t,
+                       f"client applied forged targets epoch {o.epoch}")
+            for o in history.offers if o.accepted and o.epoch >= FORGED_EPOCH]
+    out += [_violation(history, "forged_refused", s.t, s.t,
+                       f"worker {s.worker} holds forged targets epoch {s.epoch}")
+            for s in history.worker_epochs if s.epoch >= FORGED_EPOCH]
+    return out
+
+
+INVARIANTS: dict[str, Callable[[History], list[Violation]]] = {
+    "baseline_served": baseline_served, "sla": sla, "reclaim": reclaim,
+    "targets_ttl": targets_ttl, "targets_epoch": targets_epoch,
+    "notices_kept": notices_kept, "labels_counted": labels_counted,
+    "forged_refused": forged_refused}
+
+
+def check(history: History) -> list[Violation]:
+    """Every invariant's violations, invariant by invariant, each by time."""
+    out: list[Violation] = []
+    for judge in INVARIANTS.values():
+        out += sorted(judge(history), key=lambda v: v.t0)
+    return out
+
+
+def summary(history: History, violations: list[Violation]) -> dict[str, Any]:
+    """What a run prints and writes: faults injected by kind (those that could not be
+    injected apart), violations by invariant, and each violation."""
+    injected: dict[str, int] = {}
+    failed: dict[str, int] = {}
+    for fault in history.faults:
+        table = injected if fault.ok else failed
+        table[fault.kind] = table.get(fault.kind, 0) + 1
+    by_invariant = dict.fromkeys(INVARIANTS, 0)
+    for v in violations:
+        by_invariant[v.invariant] += 1
+    served = sum(r.served for r in history.requests)
+    return {"seed": history.run.seed, "duration_s": history.run.duration_s,
+            "requests": len(history.requests), "served": served,
+            "served_powerful": sum(r.model == "powerful" for r in history.requests),
+            "optional_scored": sum(r.optional_scored for r in history.requests),
+            "faults": dict(sorted(injected.items())),
+            "faults_not_injected": dict(sorted(failed.items())),
+            "notices": len(history.notices), "forged": len(history.forged),
+            "violations": by_invariant,
+            "violation_list": [msgspec.to_builtins(v) for v in violations]}

@@ -1,0 +1,196 @@
+"""What a chaos run saw, one record a line (JSONL): the history the checker judges.
+
+Pure: typed records and their encoding; writing the file is the run's (``surplus.chaos.run``).
+Times ``t`` are seconds since the load started on the run's monotonic clock (the clock no
+fault moves); ``wall_ms`` is the run's own wall clock, which no fault moves either (clock jumps
+are applied to the processes the run starts, never to itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import msgspec
+
+
+class RunInfo(msgspec.Struct, frozen=True, tag="run"):
+    """The run: seed and length, and the limits the checker holds it to."""
+
+    seed: int
+    duration_s: float
+    sla_p99_ms: float
+    window_s: float
+    ttl_ms: int
+    max_clock_skew_ms: int
+    #: Seconds after a fault on the baseline path ends during which SLA windows still count
+    #: as faulted (the replica's restart and the client's retries settling).
+    settle_s: float
+
+
+class Request(msgspec.Struct, frozen=True, tag="request"):
+    """One ranking request, as the client saw it, with the targets it was decided under."""
+
+    t: float
+    end_t: float
+    request_id: str
+    served: bool
+    latency_ms: float
+    error: str | None = None
+    model: str = "baseline"
+    routed: str = "baseline"
+    fell_back: str | None = None
+    #: Extra candidates the client decided to send (RMA) and those a replica scored.
+    extra: int = 0
+    optional_scored: int = 0
+    #: The run's wall clock when the client decided.
+    wall_ms: int = 0
+    #: The targets the client held then (-1: none), when they were issued (the control
+    #: plane's clock) and their TTL; whether the effective targets said baseline only.
+    epoch: int = -1
+    issued_at_ms: int = 0
+    ttl_ms: int = 0
+    baseline_only: bool = True
+
+
+class TargetOffer(msgspec.Struct, frozen=True, tag="target"):
+    """A targets message offered to the client (from Kafka) and its verdict."""
+
+    t: float
+    wall_ms: int
+    epoch: int
+    issued_at_ms: int
+    ttl_ms: int
+    accepted: bool
+    reason: str
+
+
+class WorkerEpoch(msgspec.Struct, frozen=True, tag="worker_epoch"):
+    """The epoch of the targets one worker held, scraped from its /metrics."""
+
+    t: float
+    worker: str
+    epoch: int
+
+
+class FaultRecord(msgspec.Struct, frozen=True, tag="fault"):
+    """A fault as injected: when it started and healed (``end_t``), and whether it could be
+    (``ok``; ``detail`` says what happened or why not)."""
+
+    t: float
+    end_t: float
+    kind: str
+    target: str
+    param: str = ""
+    baseline_path: bool = False
+    ok: bool = True
+    detail: str = ""
+
+
+class NoticeRecord(msgspec.Struct, frozen=True, tag="notice"):
+    """A genuine preemption notice the nemesis published (a storm's, or a duplicate of one)."""
+
+    t: float
+    notice_id: str
+    pool: str
+    replicas: list[str]
+    #: The notice's deadline on the run's clock.
+    deadline_t: float
+    #: The broker acknowledged it (acks=all), and when.
+    acked: bool
+    acked_t: float | None = None
+    #: Whether the notice reaches a replica that serves optional work only (the powerful
+    #: pool's): the checker holds that replica to the deadline.
+    reclaims_replica: bool = False
+    #: When the reclaimed replica answered the direct copy (POST /v1/preempt), if it did.
+    direct_t: float | None = None
+
+
+class GrantRecord(msgspec.Struct, frozen=True, tag="grant"):
+    """Opportunistic capacity (re)granted to a pool."""
+
+    t: float
+    pool: str
+    acked: bool
+
+
+class ForgedRecord(msgspec.Struct, frozen=True, tag="forged"):
+    """A message forged by the nemesis (no signature, an unknown key, a bad signature)."""
+
+    t: float
+    topic: str
+    how: str
+    digest: str
+    acked: bool
+
+
+class DeadLetterRecord(msgspec.Struct, frozen=True, tag="deadletter"):
+    """A dead letter read back at the end: where it came from, why, and its value's digest."""
+
+    source_topic: str
+    reason: str
+    digest: str
+
+
+class ReadBack(msgspec.Struct, frozen=True, tag="readback"):
+    """The ids of one topic's messages read back from the beginning at the end of the run."""
+
+    topic: str
+    ids: list[str]
+
+
+class LabelTotals(msgspec.Struct, frozen=True, tag="labels"):
+    """Labels the client sent (and the broker acknowledged), and what the control plane's
+    join counted for them at the end (its last LiftReport), by reason."""
+
+    sent: int
+    delivered: int
+    join: dict[str, int]
+
+
+Record = (RunInfo | Request | TargetOffer | WorkerEpoch | FaultRecord | NoticeRecord
+          | GrantRecord | ForgedRecord | DeadLetterRecord | ReadBack | LabelTotals)
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(Record)
+
+
+def encode(record: Record) -> bytes:
+    """One line of the history file (no newline)."""
+    return _encoder.encode(record)
+
+
+def decode_lines(lines: Iterable[bytes | str]) -> Iterator[Record]:
+    """Records of a history file's lines (blank lines skipped); a bad line raises, naming
+    its number and the field."""
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            yield _decoder.decode(line)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"history line {n}: {exc}") from None
+        except msgspec.DecodeError as exc:
+            raise ValueError(f"history line {n}: {exc}") from None
+
+
+class History:
+    """A history's records by type, in the order they were written."""
+
+    def __init__(self, records: Iterable[Record]) -> None:
+        self.records = list(records)
+        infos = [r for r in self.records if isinstance(r, RunInfo)]
+        if len(infos) != 1:
+            raise ValueError(f"a history has one run record, this one {len(infos)}")
+        self.run = infos[0]
+        self.requests = sorted((r for r in self.records if isinstance(r, Request)),
+                               key=lambda r: r.t)
+        self.offers = [r for r in self.records if isinstance(r, TargetOffer)]
+        self.worker_epochs = [r for r in self.records if isinstance(r, WorkerEpoch)]
+        self.faults = [r for r in self.records if isinstance(r, FaultRecord)]
+        self.notices = [r for r in self.records if isinstance(r, NoticeRecord)]
+        self.grants = [r for r in self.records if isinstance(r, GrantRecord)]
+        self.forged = [r for r in self.records if isinstance(r, ForgedRecord)]
+        self.dead_letters = [r for r in self.records if isinstance(r, DeadLetterRecord)]
+        self.read_back = {r.topic: set(r.ids) for r in self.records if isinstance(r, ReadBack)}
+        labels = [r for r in self.records if isinstance(r, LabelTotals)]
+        self.labels = labels[-1] if labels else None

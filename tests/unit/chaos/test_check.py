@@ -1,0 +1,175 @@
+"""The checker: each invariant fails on the history that breaks it, and only there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from surplus.chaos.check import FORGED_EPOCH, check, summary
+from surplus.chaos.history import (
+    DeadLetterRecord,
+    FaultRecord,
+    ForgedRecord,
+    GrantRecord,
+    History,
+    LabelTotals,
+    NoticeRecord,
+    ReadBack,
+    Record,
+    Request,
+    RunInfo,
+    TargetOffer,
+    WorkerEpoch,
+    decode_lines,
+    encode,
+)
+
+RUN = RunInfo(seed=7, duration_s=60.0, sla_p99_ms=100.0, window_s=10.0, ttl_ms=6000,
+              max_clock_skew_ms=2000, settle_s=2.0)
+POOL = "eu1/rank/powerful/a100/opportunistic"
+
+
+def _req(t: float, n: int, **kw: object) -> Request:
+    fields: dict[str, object] = {
+        "t": t, "end_t": t + 0.01, "request_id": f"r{n}", "served": True,
+        "latency_ms": 10.0, "wall_ms": 1_000_000 + int(t * 1000), "epoch": 5,
+        "issued_at_ms": 1_000_000 + int(t * 1000) - 500, "ttl_ms": 6000,
+        "baseline_only": False, "extra": 4, "optional_scored": 4}
+    fields.update(kw)
+    return Request(**fields)  # type: ignore[arg-type]
+
+
+def _load(seconds: float = 60.0, rate: float = 10.0) -> list[Any]:
+    return [_req(i / rate, i) for i in range(int(seconds * rate))]
+
+
+def _clean() -> list[Any]:
+    return [RUN, *_load(), ReadBack("preemption", []),
+            LabelTotals(sent=10, delivered=10, join={"joined": 8, "orphan": 2})]
+
+
+def _violated(records: list[Any]) -> dict[str, int]:
+    counts: dict[str, int] = summary(History(records), check(History(records)))["violations"]
+    return {k: v for k, v in counts.items() if v}
+
+
+def test_a_clean_history_breaks_nothing() -> None:
+    assert _violated(_clean()) == {}
+
+
+def test_a_lost_baseline_request() -> None:
+    records = _clean()
+    records[5] = _req(0.4, 4, served=False, error="timeout")
+    violations = check(History(records))
+    assert [v.invariant for v in violations] == ["baseline_served"]
+    assert "r4" in violations[0].what and "timeout" in violations[0].what
+
+
+def test_sla_is_judged_only_in_windows_with_no_fault_on_the_baseline_path() -> None:
+    slow = [_req(12 + i / 10, 1000 + i, latency_ms=500.0) for i in range(5)]
+    assert _violated(_clean() + slow) == {"sla": 1}
+    freeze = FaultRecord(t=9.0, end_t=11.0, kind="worker_freeze", target="b1",
+                         baseline_path=True)
+    assert _violated([*_clean(), *slow, freeze]) == {}
+    elsewhere = FaultRecord(t=9.0, end_t=11.0, kind="broker_pause", target="2")
+    violations = check(History([*_clean(), *slow, elsewhere]))
+    assert [v.invariant for v in violations] == ["sla"]
+    assert violations[0].t0 == 10.0 and violations[0].t1 == 20.0
+    assert violations[0].faults == ["broker_pause:2@9.0-11.0"]
+
+
+def test_thin_windows_are_not_judged() -> None:
+    records = [RUN, _req(1, 1, latency_ms=900.0), ReadBack("preemption", []),
+               LabelTotals(sent=0, delivered=0, join={})]
+    assert _violated(records) == {}
+
+
+def _notice(**kw: object) -> NoticeRecord:
+    fields: dict[str, object] = {"t": 20.0, "notice_id": "n1", "pool": POOL, "replicas": [],
+                                 "deadline_t": 21.0, "acked": True, "acked_t": 20.05,
+                                 "reclaims_replica": True, "direct_t": 20.01}
+    fields.update(kw)
+    return NoticeRecord(**fields)  # type: ignore[arg-type]
+
+
+def test_powerful_work_after_the_deadline_until_the_next_grant() -> None:
+    before = _req(20.5, 5000, model="powerful", routed="powerful")
+    after = _req(22.0, 5001, model="powerful", routed="powerful")
+    after_grant = _req(31.0, 5002, model="powerful", routed="powerful")
+    base = [RUN, *_load(), ReadBack("preemption", ["n1"]),
+            LabelTotals(sent=0, delivered=0, join={}), before, after_grant,
+            GrantRecord(t=30.0, pool=POOL, acked=True)]
+    assert _violated([*base, _notice()]) == {}
+    violations = check(History([*base, _notice(), after]))
+    assert [v.invariant for v in violations] == ["reclaim"]
+    assert "r5001" in violations[0].what
+    # A notice that reached the replica after its deadline holds it from its arrival.
+    assert _violated([*base, _notice(deadline_t=19.0, direct_t=None, acked_t=22.5),
+                      after]) == {}
+    assert _violated([*base, _notice(deadline_t=19.0, direct_t=None, acked_t=21.5),
+                      after]) == {"reclaim": 1}
+
+
+def test_optional_work_on_targets_past_their_ttl() -> None:
+    old = _req(30.0, 6000, issued_at_ms=1_000_000 + 30_000 - 9_000)
+    assert _violated([*_clean(), old]) == {"targets_ttl": 1}
+    within_skew = _req(30.0, 6001, issued_at_ms=1_000_000 + 30_000 - 7_500)
+    baseline_only = _req(30.0, 6002, issued_at_ms=0, baseline_only=True)
+    assert _violated([*_clean(), within_skew, baseline_only]) == {}
+
+
+def test_an_older_epoch_applied_by_the_client_or_held_by_a_worker() -> None:
+    def offer(t: float, epoch: int, accepted: bool = True) -> TargetOffer:
+        return TargetOffer(t=t, wall_ms=0, epoch=epoch, issued_at_ms=0, ttl_ms=6000,
+                           accepted=accepted, reason="applied" if accepted else "older_epoch")
+
+    ok = [offer(1, 3), offer(2, 2, accepted=False), offer(3, 4),
+          WorkerEpoch(1, "b1", 3), WorkerEpoch(2, "b1", 0), WorkerEpoch(3, "b1", 4)]
+    assert _violated([*_clean(), *ok]) == {}
+    assert _violated([*_clean(), offer(1, 3), offer(2, 2)]) == {"targets_epoch": 1}
+    assert _violated([*_clean(), WorkerEpoch(1, "b1", 4), WorkerEpoch(2, "b1", 3)]) == {
+        "targets_epoch": 1}
+
+
+def test_an_acknowledged_notice_missing_from_the_topic() -> None:
+    records = [*_clean(), _notice(reclaims_replica=False), _notice(notice_id="n2",
+                                                                   acked=False)]
+    violations = check(History(records))
+    assert [v.invariant for v in violations] == ["notices_kept"]
+    assert "n1" in violations[0].what
+
+
+def test_labels_delivered_but_not_counted() -> None:
+    records = _clean()
+    records[-1] = LabelTotals(sent=10, delivered=10, join={"joined": 7, "unlabelled": 3})
+    assert _violated(records) == {"labels_counted": 1}
+    records[-1] = LabelTotals(sent=10, delivered=9, join={"joined": 7, "late": 2})
+    assert _violated(records) == {}
+
+
+@pytest.mark.parametrize("reason", ["unsigned", "unknown_key: k9", "bad_signature"])
+def test_forged_messages_dead_lettered_as_refused(reason: str) -> None:
+    forged = ForgedRecord(t=5.0, topic="preemption", how="unsigned", digest="abc", acked=True)
+    assert _violated([*_clean(), forged]) == {"forged_refused": 1}
+    other = DeadLetterRecord(source_topic="preemption", reason="decode: bad field",
+                             digest="abc")
+    assert _violated([*_clean(), forged, other]) == {"forged_refused": 1}
+    refused = DeadLetterRecord(source_topic="preemption", reason=reason, digest="abc")
+    assert _violated([*_clean(), forged, refused]) == {}
+
+
+def test_forged_targets_applied() -> None:
+    applied = TargetOffer(t=1, wall_ms=0, epoch=FORGED_EPOCH + 3, issued_at_ms=0,
+                          ttl_ms=6000, accepted=True, reason="applied")
+    assert _violated([*_clean(), applied])["forged_refused"] == 1
+
+
+def test_history_lines_round_trip_and_bad_lines_name_their_number() -> None:
+    records: list[Record] = [*_clean()[:3], _notice(), GrantRecord(1.0, POOL, True)]
+    lines = [encode(r) for r in records]
+    assert list(decode_lines(lines)) == records
+    with pytest.raises(ValueError, match="line 2"):
+        list(decode_lines([lines[0], b'{"type": "request", "t": "soon"}']))
+    with pytest.raises(ValueError, match="one run record"):
+        History(records[1:])
