@@ -20,6 +20,7 @@ from schemas.build import surplus_version
 from surplus import localkafka, logs, settings_file
 from surplus.bench_cmd import bench
 from surplus.capacity_cmd import capacity_agent
+from surplus.chaos_cmd import chaos
 from surplus.cli_common import Bootstrap, Prefix, fail, kafka_settings
 from surplus.control_cmd import control_plane
 from surplus.demo_cmd import demo
@@ -55,6 +56,7 @@ app.command("demo")(demo)
 app.command("bench")(bench)
 app.command("simulate")(simulate)
 app.command("soak")(soak)
+app.command("chaos")(chaos)
 
 DataDir = Annotated[Path, typer.Option("--data-dir", help="Broker state and logs.")]
 

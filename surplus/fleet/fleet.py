@@ -7,10 +7,13 @@ client library. Each fault test breaks one piece of it and measures what the res
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from schemas.kafka_config import KafkaSettings
+from schemas.signing import Keyring, load_keyring
 from surplus.fleet.load import LoadRunner, Window
 from surplus.fleet.procs import (
     POWERFUL_POOL,
@@ -40,6 +43,14 @@ class Fleet:
     control_extra: str = ""
     #: `--instance-id` of the first control plane (static group membership), if any.
     control_instance: str | None = None
+    #: A key file or key directory every process is given (`--signing-key-file`): grants,
+    #: targets, notices and the load's client signed and checked with it.
+    signing_keys: Path | None = None
+    #: The URL the load's client calls a worker at (default its own: `surplus chaos` puts a
+    #: toxiproxy proxy in front of each).
+    route: Callable[[WorkerProc], str] | None = None
+    #: More `LoadRunner` keyword arguments (labels, a recorder).
+    load_options: dict[str, Any] = field(default_factory=dict)
     workers: dict[str, WorkerProc] = field(default_factory=dict)
     controls: list[ControlProc] = field(default_factory=list)
     load: LoadRunner | None = None
@@ -49,10 +60,20 @@ class Fleet:
     def app_id(self) -> str:
         return f"{self.kafka.prefix}cp"
 
-    def control_plane(self, name: str, **kw: object) -> ControlProc:
+    @property
+    def keyring(self) -> Keyring | None:
+        return None if self.signing_keys is None else load_keyring(self.signing_keys)
+
+    def _key_args(self) -> list[str]:
+        return [] if self.signing_keys is None else ["--signing-key-file",
+                                                     str(self.signing_keys)]
+
+    def control_plane(self, name: str, args: list[str] | None = None,
+                      **kw: object) -> ControlProc:
         proc = ControlProc(self.tmp_path, name, self.kafka, app_id=self.app_id,
                            config=control_toml(self.tmp_path, ttl_s=self.ttl_s,
                                                extra=self.control_extra),
+                           args=[*(args or []), *self._key_args()],
                            **kw)  # type: ignore[arg-type]
         self.controls.append(proc)
         return proc
@@ -68,23 +89,46 @@ class Fleet:
             self._worker(f"p{i + 1}", "opportunistic", "powerful")
         for worker in self.workers.values():
             worker.wait_ready()
-        grant(self.kafka, RMA_POOL, units=4.0, cpu=32.0)
+        self.grant(RMA_POOL)
         if self.powerful:
-            grant(self.kafka, POWERFUL_POOL, units=8.0, cpu=64.0)
+            self.grant(POWERFUL_POOL)
+        route = self.route or (lambda w: w.url)
         self.load = LoadRunner(
-            baseline_urls=[w.url for w in self.baseline_workers()],
-            powerful_urls=[w.url for w in self.powerful_workers()], kafka=self.kafka,
-            rate_rps=self.rate_rps, extra=self.extra, deadline_ms=self.deadline_ms).start()
+            baseline_urls=[route(w) for w in self.baseline_workers()],
+            powerful_urls=[route(w) for w in self.powerful_workers()], kafka=self.kafka,
+            rate_rps=self.rate_rps, extra=self.extra, deadline_ms=self.deadline_ms,
+            signing_key=self.keyring, **self.load_options).start()
         self.started_s = time.monotonic() - t0
         return self
 
-    def _worker(self, name: str, tier: str, model: str) -> WorkerProc:
+    def grant(self, pool: str) -> None:
+        """The scheduler's grant of the fleet's opportunistic capacity to ``pool`` (RMA's or
+        the powerful pool), signed where the fleet has keys."""
+        units, cpu = (4.0, 32.0) if pool == RMA_POOL else (8.0, 64.0)
+        grant(self.kafka, pool, units=units, cpu=cpu, key=self.keyring)
+
+    def _worker(self, name: str, tier: str, model: str,
+                env: dict[str, str] | None = None) -> WorkerProc:
         kw = dict(self.worker_overrides.get(name, {}))
+        kw["args"] = [*kw.get("args", []), *self._key_args()]  # type: ignore[misc]
+        if env is not None:
+            kw["env"] = {**kw.get("env", {}), **env}  # type: ignore[dict-item]
         worker = WorkerProc(self.tmp_path, name, tier=tier, model=model, kafka=self.kafka,
                             **kw)  # type: ignore[arg-type]
         self.workers[name] = worker
         return worker
 
+    def restart_worker(self, name: str, env: dict[str, str] | None = None,
+                       timeout_s: float = 60.0) -> WorkerProc:
+        """A new process for worker ``name`` (the old one stopped or killed before), on a new
+        port, with ``env`` added (e.g. its clock set off); returns it once ready."""
+        old = self.workers[name]
+        old.stop()
+        tier, model = (("baseline", "baseline") if name.startswith("b")
+                       else ("opportunistic", "powerful"))
+        worker = self._worker(name, tier, model, env)
+        worker.wait_ready(timeout_s)
+        return worker
     def baseline_workers(self) -> list[WorkerProc]:
         return [w for n, w in sorted(self.workers.items()) if n.startswith("b")]
 

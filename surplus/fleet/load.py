@@ -21,8 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from schemas.clock import wall_ms
+from schemas.contract import ControlTargets
 from schemas.heap import freeze_startup_heap
 from schemas.kafka_config import KafkaSettings
+from schemas.signing import Keyring
 from surplus.fleet.procs import NUM_DENSE, NUM_SPARSE, REGION
 from workers.api import Candidate
 from workers.client.client import RankingClient, RankingError
@@ -44,6 +47,29 @@ class Sample:
     optional_scored: int = 0
     optional_shed: int = 0
     shed_reason: str | None = None
+    request_id: str = ""
+    #: When the answer (or the failure) came, in the same time base as ``t``.
+    end_t: float = 0.0
+    #: The wall clock when the client decided, and the targets it held then (epoch -1: none;
+    #: issued on the control plane's clock; TTL) and whether they said baseline only.
+    wall_ms: int = 0
+    epoch: int = -1
+    issued_at_ms: int = 0
+    ttl_ms: int = 0
+    baseline_only: bool = True
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A targets message the client was offered (from Kafka), and its verdict."""
+
+    t: float
+    wall_ms: int
+    epoch: int
+    issued_at_ms: int
+    ttl_ms: int
+    accepted: bool
+    reason: str
 
 
 @dataclass
@@ -119,8 +145,11 @@ class LoadRunner:
     def __init__(self, *, baseline_urls: list[str], powerful_urls: list[str] | None = None,
                  kafka: KafkaSettings | None, rate_rps: float = 40.0, base: int = 8,
                  extra: int = 24, deadline_ms: float = 250.0, seed: int = 7,
-                 signing_key: bytes | None = None, max_in_flight: int = 200,
-                 client_overrides: dict[str, Any] | None = None) -> None:
+                 signing_key: Keyring | bytes | None = None, max_in_flight: int = 200,
+                 client_overrides: dict[str, Any] | None = None,
+                 label_share: float = 0.0) -> None:
+        """``label_share``: the share of served requests whose outcome the client labels at
+        once (`RankingClient.label`); their ids are kept in ``labelled``."""
         self.config = ClientConfig(scope=REGION, baseline_urls=baseline_urls,
                                    powerful_urls=powerful_urls or [],
                                    default_deadline_ms=deadline_ms, catch_up_timeout_s=20.0,
@@ -131,6 +160,9 @@ class LoadRunner:
         self.signing_key = signing_key
         self.max_in_flight = max_in_flight
         self.samples: list[Sample] = []
+        self.offers: list[Offer] = []
+        self.label_share = label_share
+        self.labelled: list[str] = []
         self.dropped_by_generator = 0
         self.client: RankingClient | None = None
         self.summary: dict[str, Any] = {}
@@ -196,6 +228,7 @@ class LoadRunner:
     async def _run(self) -> None:
         client = RankingClient(self.config, self.kafka, signing_key=self.signing_key)
         self.client = client
+        self._record_offers(client)
         await client.start()
         tasks: set[asyncio.Task[None]] = set()
         self._t0 = time.monotonic()
@@ -219,11 +252,34 @@ class LoadRunner:
         finally:
             await client.close()
 
+    def _record_offers(self, client: RankingClient) -> None:
+        """Every targets message offered to the client is kept with its verdict (it arrives
+        on this loop, from the feed's thread)."""
+        decider = client.decider
+        offer = decider.offer
+
+        def recorded(targets: ControlTargets, now_ms: int) -> Any:
+            verdict = offer(targets, now_ms)
+            self.offers.append(Offer(self.now(), now_ms, targets.epoch, targets.issued_at_ms,
+                                     targets.ttl_ms, verdict.accepted, verdict.reason))
+            return verdict
+
+        decider.offer = recorded  # type: ignore[method-assign]
+
     async def _one(self, client: RankingClient, n: int) -> None:
         rng = self._rng
         candidates = [Candidate(id=i, sparse=[rng.randrange(64) for _ in range(NUM_SPARSE)],
                                 prior=rng.random()) for i in range(self.base + self.extra)]
         started = time.monotonic()
+        # The targets the client decides under (rank decides before its first await).
+        decided_ms = wall_ms()
+        state = client.decider.targets
+        held, effective = state.held, state.current(decided_ms)
+        seen = {"request_id": f"r{n}", "wall_ms": decided_ms,
+                "epoch": -1 if held is None else held.epoch,
+                "issued_at_ms": 0 if held is None else held.issued_at_ms,
+                "ttl_ms": 0 if held is None else held.ttl_ms,
+                "baseline_only": effective.baseline_only}
         self._in_flight += 1
         try:
             result = await client.rank(segment=f"s{n % 4}", value=rng.uniform(0.1, 2.0),
@@ -233,12 +289,14 @@ class LoadRunner:
         except RankingError as exc:
             self.samples.append(Sample(t=started - self._t0,
                                        latency_ms=(time.monotonic() - started) * 1000,
-                                       served=False, error=exc.reason))
+                                       served=False, error=exc.reason, end_t=self.now(),
+                                       **seen))  # type: ignore[arg-type]
             return
         except Exception as exc:  # anything else is a bug in the client: record it loudly
             self.samples.append(Sample(t=started - self._t0,
                                        latency_ms=(time.monotonic() - started) * 1000,
-                                       served=False, error=f"client_bug:{type(exc).__name__}"))
+                                       served=False, error=f"client_bug:{type(exc).__name__}",
+                                       end_t=self.now(), **seen))  # type: ignore[arg-type]
             return
         finally:
             self._in_flight -= 1
@@ -247,4 +305,8 @@ class LoadRunner:
             t=started - self._t0, latency_ms=result.latency_ms, served=True, model=resp.model,
             routed=result.decision.model, fell_back=result.fell_back,
             extra_sent=result.decision.extra, optional_scored=resp.optional_scored,
-            optional_shed=resp.optional_shed, shed_reason=resp.shed_reason))
+            optional_shed=resp.optional_shed, shed_reason=resp.shed_reason, end_t=self.now(),
+            **seen))  # type: ignore[arg-type]
+        if self.label_share and rng.random() < self.label_share:
+            client.label(resp.request_id, rng.uniform(0.0, 1.0))
+            self.labelled.append(resp.request_id)

@@ -28,7 +28,7 @@ from schemas.codec import decode, encode
 from schemas.contract import CapacityEvent, Event
 from schemas.kafka_clients import OFFSET_BEGINNING
 from schemas.kafka_config import KafkaSettings
-from schemas.signing import sign
+from schemas.signing import Keyring, sign
 from surplus import localkafka
 from surplus.live.procs import Child
 
@@ -237,7 +237,7 @@ class ControlProc(Proc):
 
 def grant(kafka: KafkaSettings, pool_id: str, units: float = 8.0, cpu: float = 64.0,
           event_id: str | None = None, region: str = REGION,
-          key: bytes | None = None) -> None:
+          key: Keyring | bytes | None = None) -> None:
     """The scheduler's grant of opportunistic capacity to `pool_id` for ten minutes (signed
     with ``key`` where the control plane holds one)."""
     now = wall_ms()

@@ -75,6 +75,11 @@ class Toxiproxy:
         self._call("POST", "/proxies", {"name": name, "listen": f"127.0.0.1:{listen_port}",
                                         "upstream": f"127.0.0.1:{upstream_port}"})
 
+    def set_upstream(self, name: str, upstream_port: int) -> None:
+        """Point proxy ``name`` at 127.0.0.1:``upstream_port`` (a process restarted on a new
+        port keeps its address behind the proxy)."""
+        self._call("POST", f"/proxies/{name}", {"upstream": f"127.0.0.1:{upstream_port}"})
+
     def set_enabled(self, name: str, enabled: bool) -> None:
         """Disabled, the proxy closes every connection and refuses new ones (a cut)."""
         self._call("POST", f"/proxies/{name}", {"enabled": enabled})
