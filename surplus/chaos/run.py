@@ -29,7 +29,8 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -131,6 +132,10 @@ class Chaos:
         self._locks: dict[str, threading.Lock] = {}
         self._locks_lock = threading.Lock()
         self._control_n = 1
+        #: Processes are started on this one thread, alive the whole run: a child dies with
+        #: the thread that started it (`surplus.live.procs`: PR_SET_PDEATHSIG is per thread),
+        #: and each fault's thread ends when the fault heals.
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="chaos-spawner")
         self._errors: list[str] = []
         self._sent_notices: list[bytes] = []
 
@@ -228,6 +233,7 @@ class Chaos:
                                    target=fault.target, param=fault.param,
                                    baseline_path=fault.on_baseline_path, ok=ok, detail=detail))
         mark = "" if ok else " (not injected)"
+        t, end_t = t - self.t0, end_t - self.t0
         self.say(f"  {t:7.1f}s {fault.kind:<13} {fault.target:<5} {fault.param:<22} "
                  f"healed {end_t:7.1f}s{mark} {detail[:80]}")
 
@@ -243,8 +249,9 @@ class Chaos:
     def _do_broker_kill(self, fault: Fault) -> str:
         os.killpg(self._node_pid(int(fault.target)), signal.SIGKILL)
         self._hold(fault)
-        info, _ = localkafka.up_cluster(BROKERS, port=self.port, data_dir=self.cluster_dir,
-                                        timeout_s=RESTART_TIMEOUT_S)
+        info, _ = self._spawner.submit(
+            lambda: localkafka.up_cluster(BROKERS, port=self.port, data_dir=self.cluster_dir,
+                                          timeout_s=RESTART_TIMEOUT_S)).result()
         return f"node {fault.target} back in {info.started_in_s or 0:.1f} s"
 
     def _do_broker_pause(self, fault: Fault) -> str:
@@ -261,12 +268,16 @@ class Chaos:
         self.fleet.controls[-1].kill()
         self._hold(fault)
         self._control_n += 1
-        self.fleet.control_plane(f"cp{self._control_n}")
-        return f"cp{self._control_n} started"
+        name = f"cp{self._control_n}"
+        fleet = self.fleet
+        self._spawner.submit(lambda: fleet.control_plane(name)).result()
+        return f"{name} started"
 
     def _restart(self, name: str, env: dict[str, str] | None = None) -> WorkerProc:
         assert self.fleet is not None and self.toxi is not None
-        worker = self.fleet.restart_worker(name, env=env, timeout_s=RESTART_TIMEOUT_S)
+        fleet = self.fleet
+        worker = self._spawner.submit(
+            lambda: fleet.restart_worker(name, env=env, timeout_s=RESTART_TIMEOUT_S)).result()
         self.toxi.set_upstream(name, worker.port)
         return worker
 
@@ -289,9 +300,9 @@ class Chaos:
 
     def _do_net_delay(self, fault: Fault) -> str:
         assert self.toxi is not None
-        ms = float(fault.param)
+        ms = int(fault.param)  # toxiproxy takes whole milliseconds only
         self.toxi.add_toxic(fault.target, "latency_down", "latency", "downstream",
-                            latency=ms, jitter=ms / 4)
+                            latency=ms, jitter=ms // 4)
         try:
             self._hold(fault)
         finally:
@@ -559,6 +570,10 @@ class Chaos:
 
     def run(self) -> Result:
         self.out.mkdir(parents=True, exist_ok=True)
+        with _stderr_to(self.out / "logs" / "clients.log"):
+            return self._run()
+
+    def _run(self) -> Result:
         watcher: threading.Thread | None = None
         threads: list[threading.Thread] = []
         try:
@@ -623,12 +638,29 @@ class Chaos:
                 self.fleet.stop()
         if self.toxi is not None:
             self.toxi.stop()
+        self._spawner.shutdown(wait=False)
         status = localkafka.cluster_status(self.cluster_dir)
         if status is not None:
             for node in status.nodes:  # a paused node cannot stop
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(node.pid, signal.SIGCONT)
         localkafka.down_cluster(self.cluster_dir)
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """This process's stderr (file descriptor 2) into ``path`` for the run: the Kafka
+    clients it runs (librdkafka) log every broker the nemesis kills there, not on the
+    terminal."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    saved = os.dup(2)
+    try:
+        with path.open("ab") as log:
+            os.dup2(log.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def report(result: Result, say: Callable[[str], None]) -> None:
