@@ -65,8 +65,8 @@ def signing_keys(path: Path | None, reload_s: float | None = None) -> KeySource 
     the default, 0: never) by a daemon thread; an unreadable one exits naming the flag."""
     if path is None:
         return None
-    from schemas import keywatch
     from schemas.signing import KeySource
+    from workers.runtime import keywatch
 
     try:
         keys = KeySource(path)

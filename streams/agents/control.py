@@ -26,7 +26,6 @@ from typing import Any
 import faust
 import msgspec
 
-from schemas import keywatch
 from schemas.clock import wall_ms
 from schemas.codec import (
     ContractError,
@@ -38,6 +37,7 @@ from schemas.codec import (
 )
 from schemas.contract import ControlTargets, DeadLetter, Event, OperatorOverride, OutcomeLabel
 from schemas.kafka_config import KafkaSettings
+from schemas.keywatch import KeyReloader
 from schemas.topics import scope_partition
 from streams.agents import health
 from streams.agents.changelog import read_changelog
@@ -96,7 +96,13 @@ class ControlPlane:
         self.keys = settings.keys()
         if (self.keys is not None and self.keys.path is not None
                 and settings.signing_reload_s > 0):
-            keywatch.watch(self.keys, settings.signing_reload_s)
+            reloader = KeyReloader(self.keys)
+
+            async def reload_keys() -> None:
+                reloader.poll()
+
+            app.timer(interval=settings.signing_reload_s, name="surplus-control-key-reload")(
+                reload_keys)
         self._restoring: dict[int, asyncio.Event] = {}
         self.agents = {logical: app.agent(app.topic(kafka.topic(logical), **raw),
                                           name=f"surplus-control-{logical}")(

@@ -20,7 +20,6 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from schemas import keywatch
 from schemas.clock import wall_ms
 from schemas.codec import decode, encode
 from schemas.contract import (
@@ -42,6 +41,7 @@ from workers.api import NOTICE_PATH
 from workers.capacity.direct import DirectNotices
 from workers.client.client import RankingClient
 from workers.client.config import ClientConfig
+from workers.runtime import keywatch
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

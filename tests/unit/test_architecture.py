@@ -24,7 +24,7 @@ IMPURE = {"faust", "aiokafka", "confluent_kafka", "kafka", "torch", "aiohttp", "
           "requests", "httpx", "urllib", "urllib3", "socket", "asyncio", "threading",
           "time", "datetime", "random", "secrets", "uuid", "os", "mode"}
 PURE = ["schemas/contract.py", "schemas/codec.py", "schemas/sketch.py", "schemas/topics.py",
-        "schemas/signing.py",
+        "schemas/signing.py", "schemas/keywatch.py",
         "streams/control/*.py", "workers/policy/*.py", "workers/api.py", "workers/wire.py",
         "workers/client/decision.py", "workers/client/config.py", "workers/capacity/decide.py",
         "workers/capacity/lend.py", "workers/capacity/platform.py", "workers/capacity/cgroup.py",

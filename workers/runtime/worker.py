@@ -21,7 +21,6 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from schemas import keywatch
 from schemas.clock import wall_ms, wall_ms_fine
 from schemas.contract import ControlTargets, PreemptionNotice, WindowReport
 from workers.api import RankResponse, ServerState
@@ -39,6 +38,7 @@ from workers.runtime.batching import (
     monotonic_ms,
 )
 from workers.runtime.config import WorkerConfig
+from workers.runtime.keywatch import watch as watch_keys
 from workers.runtime.metrics import Snapshot, WorkerMetrics
 from workers.runtime.models import load_model
 from workers.runtime.telemetry import Identity, LoadTotals, TelemetryWindow
@@ -153,7 +153,7 @@ class Worker:
         self.model = loaded
         self.batcher.start()
         if self.keys is not None and self.keys.path is not None and self.config.signing_reload_s:
-            keywatch.watch(self.keys, self.config.signing_reload_s, self._keys_stop)
+            watch_keys(self.keys, self.config.signing_reload_s, self._keys_stop)
 
     def begin_shutdown(self) -> PreemptionNotice:
         """SIGTERM's first steps, at once: not ready (new requests are refused), then optional
