@@ -22,6 +22,10 @@ class RunInfo(msgspec.Struct, frozen=True, tag="run"):
     window_s: float
     ttl_ms: int
     max_clock_skew_ms: int
+    #: How much older than its TTL a target may be when used, on the run's clock: the
+    #: receiver reads age through its estimated offset to the control plane (the least lag
+    #: of recent targets), which a true clock on both sides keeps to transit time.
+    ttl_slack_ms: int
     #: Seconds after a fault on the baseline path ends during which SLA windows still count
     #: as faulted (the replica's restart and the client's retries settling).
     settle_s: float
@@ -139,16 +143,24 @@ class ReadBack(msgspec.Struct, frozen=True, tag="readback"):
 
 
 class LabelTotals(msgspec.Struct, frozen=True, tag="labels"):
-    """Labels the client sent (and the broker acknowledged), and what the control plane's
-    join counted for them at the end (its last LiftReport), by reason."""
+    """Labels the client sent, and those it handed to its producer (not dropped)."""
 
     sent: int
     delivered: int
+
+
+class Estimate(msgspec.Struct, frozen=True, tag="estimate"):
+    """One LiftReport of the scope read back from the estimates topic at the end, in topic
+    order: its join counts by reason (since that control-plane process started: the counts
+    are not part of the state a restart restores, so they start again from 0)."""
+
+    ts_ms: int
+    epoch: int
     join: dict[str, int]
 
 
 Record = (RunInfo | Request | TargetOffer | WorkerEpoch | FaultRecord | NoticeRecord
-          | GrantRecord | ForgedRecord | DeadLetterRecord | ReadBack | LabelTotals)
+          | GrantRecord | ForgedRecord | DeadLetterRecord | ReadBack | LabelTotals | Estimate)
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Record)
@@ -194,3 +206,4 @@ class History:
         self.read_back = {r.topic: set(r.ids) for r in self.records if isinstance(r, ReadBack)}
         labels = [r for r in self.records if isinstance(r, LabelTotals)]
         self.labels = labels[-1] if labels else None
+        self.estimates = [r for r in self.records if isinstance(r, Estimate)]

@@ -53,7 +53,7 @@ from schemas.signing import Keyring
 from streams.control.config import RmaConfig
 from surplus import localkafka
 from surplus.chaos import history as h
-from surplus.chaos.check import FORGED_EPOCH, Violation, check, summary
+from surplus.chaos.check import FORGED_EPOCH, Violation, check, counted_labels, summary
 from surplus.chaos.config import ChaosConfig
 from surplus.chaos.schedule import Fault, draw
 from surplus.fleet.fleet import Fleet
@@ -67,6 +67,8 @@ PARTITIONS = 2
 KEY_ID = "chaos"
 #: Seconds a broker, a control plane or a worker may take to come back before the run fails.
 RESTART_TIMEOUT_S = 180.0
+#: Age past its TTL a target may have when used (`RunInfo.ttl_slack_ms`).
+TTL_SLACK_MS = 1000
 #: Seconds the end waits for the control plane's join to count every label delivered.
 LABELS_SETTLE_S = 60.0
 
@@ -514,22 +516,26 @@ class Chaos:
                     digest=_digest(base64.b64decode(letter.value_b64))))
 
     def _labels(self, delivered: int, sent: int) -> None:
-        """Wait for the join to count every label delivered (or ``LABELS_SETTLE_S``)."""
-        join: dict[str, int] = {}
+        """Every LiftReport of the scope, read until the join has counted every label
+        delivered (or ``LABELS_SETTLE_S`` passed)."""
+        estimates: list[h.Estimate] = []
         deadline = time.monotonic() + LABELS_SETTLE_S
         while time.monotonic() < deadline:
-            reports = []
+            estimates = []
             for value in self._read_all("estimates", 3.0):
                 with contextlib.suppress(Exception):
                     report = decode(LiftReport, value)
                     if report.scope == REGION:
-                        reports.append(report)
-            if reports:
-                join = dict(max(reports, key=lambda r: (r.epoch, r.ts_ms)).join)
-            if sum(join.get(r, 0) for r in ("joined", "late", "orphan", "duplicate")) \
-                    >= delivered:
+                        estimates.append(h.Estimate(ts_ms=report.ts_ms, epoch=report.epoch,
+                                                    join=dict(report.join)))
+            probe = h.History([h.RunInfo(seed=0, duration_s=1, sla_p99_ms=1, window_s=1,
+                                         ttl_ms=1, max_clock_skew_ms=0, ttl_slack_ms=0,
+                                         settle_s=0), *estimates])
+            if sum(counted_labels(probe).values()) >= delivered:
                 break
-        self.rec.add(h.LabelTotals(sent=sent, delivered=delivered, join=join))
+        for estimate in estimates:
+            self.rec.add(estimate)
+        self.rec.add(h.LabelTotals(sent=sent, delivered=delivered))
 
     def _history(self) -> list[h.Record]:
         assert self.fleet is not None
@@ -539,6 +545,7 @@ class Chaos:
         run = h.RunInfo(seed=self.o.seed, duration_s=self.o.duration_s, sla_p99_ms=sla,
                         window_s=cfg.window_s, ttl_ms=int(cfg.ttl_s * 1000),
                         max_clock_skew_ms=LocalLimits().max_clock_skew_ms,
+                        ttl_slack_ms=TTL_SLACK_MS,
                         settle_s=cfg.settle_s)
         shift = self.t0
         out: list[h.Record] = [run]

@@ -85,8 +85,8 @@ class ScheduleConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: How long each kind lasts.
     holds: dict[str, Hold] = msgspec.field(default_factory=_default_holds)
     #: Largest clock jump (ms, either way) of a restarted process: inside the receivers'
-    #: ``max_clock_skew_ms`` (2000 by default), what the design says it tolerates.
-    max_jump_ms: int = 1500
+    #: ``max_clock_skew_ms`` (5000 by default), what the design says it tolerates.
+    max_jump_ms: int = 3000
     #: Notices in one storm (each for a pool or one replica, some with no notice at all).
     storm_notices: int = 6
 

@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from surplus.chaos.check import FORGED_EPOCH, check, summary
+from surplus.chaos.check import FORGED_EPOCH, check, counted_labels, summary
 from surplus.chaos.history import (
     DeadLetterRecord,
+    Estimate,
     FaultRecord,
     ForgedRecord,
     GrantRecord,
@@ -26,7 +27,7 @@ from surplus.chaos.history import (
 )
 
 RUN = RunInfo(seed=7, duration_s=60.0, sla_p99_ms=100.0, window_s=10.0, ttl_ms=6000,
-              max_clock_skew_ms=2000, settle_s=2.0)
+              max_clock_skew_ms=5000, ttl_slack_ms=1000, settle_s=2.0)
 POOL = "eu1/rank/powerful/a100/opportunistic"
 
 
@@ -46,7 +47,8 @@ def _load(seconds: float = 60.0, rate: float = 10.0) -> list[Any]:
 
 def _clean() -> list[Any]:
     return [RUN, *_load(), ReadBack("preemption", []),
-            LabelTotals(sent=10, delivered=10, join={"joined": 8, "orphan": 2})]
+            LabelTotals(sent=10, delivered=10), Estimate(1, 1, {"joined": 3}),
+            Estimate(2, 2, {"joined": 8, "orphan": 2})]
 
 
 def _violated(records: list[Any]) -> dict[str, int]:
@@ -81,7 +83,7 @@ def test_sla_is_judged_only_in_windows_with_no_fault_on_the_baseline_path() -> N
 
 def test_thin_windows_are_not_judged() -> None:
     records = [RUN, _req(1, 1, latency_ms=900.0), ReadBack("preemption", []),
-               LabelTotals(sent=0, delivered=0, join={})]
+               LabelTotals(sent=0, delivered=0)]
     assert _violated(records) == {}
 
 
@@ -98,7 +100,7 @@ def test_powerful_work_after_the_deadline_until_the_next_grant() -> None:
     after = _req(22.0, 5001, model="powerful", routed="powerful")
     after_grant = _req(31.0, 5002, model="powerful", routed="powerful")
     base = [RUN, *_load(), ReadBack("preemption", ["n1"]),
-            LabelTotals(sent=0, delivered=0, join={}), before, after_grant,
+            LabelTotals(sent=0, delivered=0), before, after_grant,
             GrantRecord(t=30.0, pool=POOL, acked=True)]
     assert _violated([*base, _notice()]) == {}
     violations = check(History([*base, _notice(), after]))
@@ -112,9 +114,9 @@ def test_powerful_work_after_the_deadline_until_the_next_grant() -> None:
 
 
 def test_optional_work_on_targets_past_their_ttl() -> None:
-    old = _req(30.0, 6000, issued_at_ms=1_000_000 + 30_000 - 9_000)
+    old = _req(30.0, 6000, issued_at_ms=1_000_000 + 30_000 - 7_100)
     assert _violated([*_clean(), old]) == {"targets_ttl": 1}
-    within_skew = _req(30.0, 6001, issued_at_ms=1_000_000 + 30_000 - 7_500)
+    within_skew = _req(30.0, 6001, issued_at_ms=1_000_000 + 30_000 - 6_900)
     baseline_only = _req(30.0, 6002, issued_at_ms=0, baseline_only=True)
     assert _violated([*_clean(), within_skew, baseline_only]) == {}
 
@@ -141,11 +143,22 @@ def test_an_acknowledged_notice_missing_from_the_topic() -> None:
 
 
 def test_labels_delivered_but_not_counted() -> None:
-    records = _clean()
-    records[-1] = LabelTotals(sent=10, delivered=10, join={"joined": 7, "unlabelled": 3})
+    records = [r for r in _clean() if not isinstance(r, Estimate)]
+    assert _violated([*records, Estimate(1, 1, {"joined": 7, "unlabelled": 3})]) == {
+        "labels_counted": 1}
     assert _violated(records) == {"labels_counted": 1}
-    records[-1] = LabelTotals(sent=10, delivered=9, join={"joined": 7, "late": 2})
-    assert _violated(records) == {}
+    assert _violated([*records, Estimate(1, 1, {"joined": 7, "late": 3})]) == {}
+
+
+def test_labels_counted_by_processes_restarted_are_summed() -> None:
+    records = [r for r in _clean() if not isinstance(r, Estimate)]
+    # 6 counted, then a restart: the new process counts from 0 again (4 more).
+    restarted = [Estimate(1, 1, {"joined": 4}), Estimate(2, 2, {"joined": 6}),
+                 Estimate(3, 3, {"joined": 1, "orphan": 2}), Estimate(4, 4, {"orphan": 4})]
+    history = History([*records, *restarted])
+    assert counted_labels(history) == {"joined": 7, "orphan": 4, "late": 0, "duplicate": 0}
+    assert _violated([*records, *restarted]) == {}
+    assert _violated([*records, *restarted[:3]]) == {"labels_counted": 1}
 
 
 @pytest.mark.parametrize("reason", ["unsigned", "unknown_key: k9", "bad_signature"])
