@@ -59,7 +59,9 @@ def demo(
     everything; writes summary.json, report.html with plots and the event log to --out.
     """
     from surplus.demo import report
-    from surplus.demo.run import Demo, DemoOptions, verdict
+    from surplus.demo.options import DemoOptions
+    from surplus.demo.run import Demo
+    from surplus.demo.runinfo import verdict
 
     if report_only:
         if not (out / "run.json").is_file():

@@ -134,3 +134,52 @@ def last_line(path: Path) -> dict[str, Any] | None:
             if isinstance(line, dict):
                 return line
     return None
+
+
+def progress_line(t: float, duration_s: float, phase: str, loadgen: Path,
+                  monitor: Monitor | None, now_ms: int, sla_p99_ms: float) -> str:
+    """The run's progress line at ``t`` seconds into its timeline.
+
+    :param t: seconds into the load (the line says ``starting`` before it).
+    :param duration_s: the load's length.
+    :param phase: the scenario's phase at ``t``.
+    :param loadgen: the load generator's output directory (its ``loadgen.jsonl``).
+    :param monitor: the topics' follower (None: before the control plane starts).
+    :param now_ms: wall clock now, for the monitor's recent p99.
+    :param sla_p99_ms: the ranking pools' SLA, shown beside their p99.
+    """
+    if t < 0:
+        return f"[{t:6.1f}s] starting"
+    line = last_line(loadgen / "loadgen.jsonl") or {}
+    parts = [f"[{t:5.0f}/{duration_s:.0f}s {phase:8}]",
+             f"{line.get('requests', 0):3d} req/s"]
+    if monitor is not None:
+        p99 = monitor.ranking_p99(now_ms)
+        targets, done, shed, _ = monitor.snapshot()
+        parts.append("ranking p99 " + ("  -  " if p99 is None else f"{p99:5.1f}")
+                     + f" ms (SLA {sla_p99_ms:g})")
+        if targets is not None:
+            parts.append(f"targets: extra {targets.rma.extra_candidates:3d} "
+                         f"({targets.rma.limited_by or '-'}) "
+                         f"coverage {targets.sbm.coverage:.2f} "
+                         f"({targets.sbm.limited_by or '-'})")
+        shed_total = sum(shed.values())
+        top = ", ".join(f"{k} {v}" for k, v in sorted(shed.items(), key=lambda kv: -kv[1])
+                        [:2])
+        parts.append(f"optional done {done:,} shed {shed_total:,}"
+                     + (f" ({top})" if top else ""))
+    cuts = line.get("client_cuts", {})
+    client_cut = sum(v for k, v in cuts.items() if not k.startswith("baseline_only"))
+    parts.append(f"client cuts {client_cut:,}")
+    parts.append(f"failed {failed_requests(loadgen)}")
+    return " | ".join(parts)
+
+
+def failed_requests(loadgen: Path) -> int:
+    """Requests the load generator counted as failed so far (its per-second lines summed)."""
+    total = 0
+    path = loadgen / "loadgen.jsonl"
+    with contextlib.suppress(OSError, ValueError), path.open() as fh:
+        for raw in fh:
+            total += json.loads(raw).get("failed", 0)
+    return total

@@ -15,16 +15,21 @@ Order of a run (each step waits for the one before, and every wait gives up on C
    before it stops), control plane, recorder, Prometheus, broker — and a report built only
    from what the run left on disk.
 
+The opportunistic replicas' lives and CPU slices are kept by ``replicas.ReplicaBook``; the
+options and ports by ``options``; Kafka and its topics by ``broker``; the files a run writes
+for its processes and its report (worker config, ``run.json``, the verdict line, the scrape
+config) by ``runinfo``.
+
 A Ctrl-C or SIGTERM at any point jumps to step 6 with what exists; a second one shortens the
 waits. Every child runs in its own session with a parent-death signal, so none outlives the run.
 """
+
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import secrets
 import shutil
 import signal
 import tempfile
@@ -33,7 +38,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -42,78 +47,29 @@ from schemas.clock import wall_ms
 from schemas.kafka_config import KafkaSettings
 from schemas.topics import SCOPE_PARTITIONS
 from sim import schedule
-from sim.scenario import Scenario, ScenarioError
+from sim.scenario import ScenarioError
 from surplus import localkafka
-from surplus.demo import report, slices
-from surplus.demo.analysis import RunInfo
-from surplus.demo.monitor import Monitor, last_line
+from surplus.demo import broker, report, runinfo
+from surplus.demo.monitor import Monitor, progress_line
+from surplus.demo.options import (
+    APP_ID,
+    BACKGROUND,
+    DEFAULT_PREFIX,
+    LEAD_S,
+    DemoError,
+    DemoOptions,
+    Interrupted,
+    Ports,
+    signing_dir,
+)
+from surplus.demo.replicas import ReplicaBook, niceness_shortfalls
+from surplus.demo.runinfo import prometheus_config, run_info, verdict
 from surplus.live import plan
 from surplus.live.procs import Child, metrics_text, wait_until
 
-DEFAULT_PREFIX = "surplus.demo."
-APP_ID = "surplus-demo-control"
-LEAD_S = 8.0
-"""Seconds between launching the scheduler and load generator and the start of their timeline."""
-BACKGROUND = frozenset({"control-plane", "recorder", "prometheus"})
-"""Children off the serving path and the preemption path: on the demo's shared cores they run
-at ``DemoOptions.background_nice``, so a burst of their work (a control tick, a batch of
-labels) waits for the workers, the broker and the load rather than delaying a notice or a
-baseline request. In a deployment they would not share the serving replicas' cores at all."""
-
-
-class DemoError(RuntimeError):
-    """The run cannot go on; the message says which part failed and why."""
-
-
-class Interrupted(Exception):
-    """Ctrl-C or SIGTERM: stop starting things and shut down."""
-
-
-@dataclass(frozen=True)
-class DemoOptions:
-    out: Path
-    duration_s: float = 180.0
-    scenario: str = plan.DEFAULT_SCENARIO
-    bootstrap: str | None = None
-    prefix: str | None = None
-    prometheus: bool = False
-    rate: float | None = None
-    progress_every_s: float = 5.0
-    background_nice: int = 10
-    """Niceness of the ``BACKGROUND`` children (0: as the rest)."""
-    provisioned_nice: int = -5
-    """Niceness of the provisioned (baseline-tier) replicas. On a fleet they run on hardware
-    of their own; on the demo's shared cores they stand for it, so they come first: at the
-    moment of a reclaim the broker, the dying replicas' goodbyes, the control plane and the
-    load generator all wake at once, and a provisioned replica at niceness 0 on a busy
-    two-core host waited up to 60 ms behind them (a baseline request over the SLA that no
-    optional work caused). A negative niceness needs root (CAP_SYS_NICE); elsewhere the
-    replica runs at 0 and the run says so."""
-    opportunistic_nice: int = 5
-    """Niceness of the opportunistic replicas (0: as the provisioned ones). Harvested
-    capacity is best-effort: on the demo's shared cores a burst of optional work on a lent
-    replica must not take the CPU from the provisioned replica's baseline work. On a fleet the
-    lent replicas run on hardware of their own. In a CPU slice the quota is what bounds it
-    instead: the slice weighs as a nice-0 process, so on a busy host it still gets the quota
-    it was lent (a lent slice is its own, as on a fleet), and the niceness only orders the
-    replica's threads among themselves."""
-    cores_per_unit: float = 0.5
-    """CPU cores one lent unit of the demo's ``cpu`` accelerator is: each opportunistic
-    replica runs in a CPU slice of its grant's units (one per replica) times this, so what is
-    lent bounds what the replica can do. 0.5 leaves the provisioned replica, the broker, the
-    control plane and the load generator a core of a two-core machine between them."""
-    slice_period_us: int = slices.DEFAULT_PERIOD_US
-    """The slices' quota period (see ``slices.DEFAULT_PERIOD_US``)."""
-    slices: bool = True
-    """Run the opportunistic replicas in CPU slices (cgroups) where this host allows it."""
-
-
-@dataclass
-class Ports:
-    control: int
-    scheduler: int
-    loadgen: int
-    workers: dict[str, int]
+# The names other modules import from here (``surplus demo``, ``surplus soak``, the tests).
+__all__ = ["APP_ID", "DEFAULT_PREFIX", "LEAD_S", "Demo", "DemoError", "DemoOptions",
+           "Interrupted", "Ports", "prometheus_config", "run_info", "verdict"]
 
 
 class Demo:
@@ -134,19 +90,11 @@ class Demo:
         self.end_ms = 0
         self.error: str | None = None
         self.prometheus_port = 0
-        #: Replica changes still to come, and those done: (seconds into the run, worker, what).
-        self.pending: list[plan.ReplicaChange] = []
-        self.replica_log: list[tuple[float, str, str]] = []
-        #: Workers expected not to run now (not lent yet, or taken back).
-        self.offline: set[str] = set()
-        #: /metrics of replica processes already taken back, by ``worker_id#n``.
-        self.scraped: dict[str, str] = {}
-        #: The opportunistic replicas' CPU slices, and what is known of each replica's life:
-        #: how many it has had, and whether the current one serves its lent capacity.
-        self.cpu = slices.CpuSlices(0, "not opened")
-        self.lives: dict[str, int] = {}
-        self.serving: dict[str, bool] = {}
-        self.next_sample = 0.0
+        #: The opportunistic replicas' lives and CPU slices.
+        self.book = ReplicaBook(
+            options, self.out, self.children, say,
+            ready=lambda worker_id, t: self._ready(self.ports.workers[worker_id], t),
+            scrape=self._scrape)
 
     # -- the run -------------------------------------------------------------------------
 
@@ -205,7 +153,7 @@ class Demo:
         shutil.rmtree(self.out / "loadgen", ignore_errors=True)
         shutil.rmtree(self.out / "logs", ignore_errors=True)
         (self.out / "control.toml").write_text(plan.control_toml(self.scenario))
-        self.keys = self._signing_keys()
+        self.keys = signing_dir(self.out)
         free = localkafka.free_port
         self.ports = Ports(control=free(), scheduler=free(), loadgen=free(),
                            workers={r.worker_id: free() for r in self.replicas})
@@ -221,47 +169,14 @@ class Demo:
         if bootstrap:
             self.say(f"kafka: using {bootstrap}")
         else:
-            localkafka.fetch_jars()
             self.broker_dir = self.state / "kafka"
-            info, _ = localkafka.up(port=localkafka.free_port(), data_dir=self.broker_dir)
-            bootstrap = info.bootstrap
-            self.say(f"kafka: embedded broker at {bootstrap} (pid {info.pid}, ready in "
-                     f"{info.started_in_s or 0:.1f}s)")
-        try:
-            self.kafka = KafkaSettings(bootstrap=bootstrap,
-                                       prefix=self.opt.prefix or DEFAULT_PREFIX)
-        except ValueError as exc:
-            raise DemoError(f"bad Kafka settings: {exc}") from None
-        from surplus.topics import apply_topics
-
-        try:
-            applied = apply_topics(self.kafka.confluent(), self.kafka.prefix)
-        except Exception as exc:
-            raise DemoError(f"cannot apply topics on {bootstrap}: {exc}") from None
-        if not applied.ok:
-            raise DemoError("existing topics disagree with the catalog: "
-                            + "; ".join(applied.mismatches))
-        self.say(f"topics: {len(applied.created)} created, {len(applied.existing)} existing "
-                 f"(prefix {self.kafka.prefix!r})")
-        if not wait_until(partial(topics_serve, self.kafka), 60.0, 0.5, stop=self.stop.is_set):
-            self._check()
-            raise DemoError(f"the new topics on {bootstrap} have no serving leaders after 60s")
+            bootstrap = broker.embedded(self.broker_dir, self.say)
+        self.kafka = broker.with_topics(bootstrap, self.opt.prefix or DEFAULT_PREFIX, self.say,
+                                        self.stop)
 
     def _kafka_args(self) -> list[str]:
         assert self.kafka is not None
         return ["--bootstrap", self.kafka.bootstrap, "--prefix", self.kafka.prefix]
-
-    def _signing_keys(self) -> Path:
-        """A key of this run's own, in a key directory every process is given: the control
-        plane signs targets and checks the scheduler's grants and notices, the scheduler
-        signs them, workers and the load's client check all they read (docs/security.md)."""
-        keys = self.out / "keys"
-        shutil.rmtree(keys, ignore_errors=True)
-        keys.mkdir(parents=True)
-        key = keys / "demo"
-        key.write_text(secrets.token_hex(32))
-        key.chmod(0o600)
-        return keys
 
     def _signing_args(self) -> list[str]:
         return ["--signing-key-file", str(self.keys)]
@@ -290,95 +205,17 @@ class Demo:
         self.monitor.start()
 
     def _worker_config(self) -> Path:
-        ranking = sum(1 for r in self.replicas if r.model == "baseline")
-        tree = {"budget_share": round(1.0 / max(1, ranking), 6),
-                "model": {"threads": 1, "warmup_rows": self.region.base_candidates
-                          + self.region.max_extra_candidates,
-                          **({"config": dict(self.scenario.worker.model)}
-                             if self.scenario.worker.model else {})},
-                "batching": {"max_wait_ms": 1.0},
-                "admission": _builtins(self.scenario.worker.admission),
-                "limits": _builtins(self.scenario.worker.limits)}
         path = self.out / "worker.toml"
-        path.write_text(plan.to_toml(tree))
+        path.write_text(plan.to_toml(runinfo.worker_tree(self.scenario, self.replicas)))
         return path
-
-    def _open_slices(self) -> dict[str, slices.Slice]:
-        """A CPU slice per opportunistic replica, of its grant's size (one unit each, see
-        ``DemoOptions.cores_per_unit``); where this host allows none, the run goes on
-        without and says why here and in its summary."""
-        lent = [r for r in self.replicas if r.tier == "opportunistic"]
-        if not lent:
-            return {}
-        if not self.opt.slices:
-            self.cpu = slices.CpuSlices(0, "turned off (--no-slices)")
-        else:
-            self.cpu = slices.CpuSlices.open(f"surplus-demo-{os.getpid()}")
-        made: dict[str, slices.Slice] = {}
-        try:
-            if self.cpu.version:
-                quota = slices.quota_for(self.opt.cores_per_unit, self.opt.slice_period_us)
-                weight = slices.nice_weight(0)
-                made = {r.worker_id: self.cpu.make(r.worker_id, quota, weight) for r in lent}
-        except slices.SliceError as exc:
-            self.cpu.close()
-            self.cpu = slices.CpuSlices(0, str(exc))
-            made = {}
-        if made:
-            q = next(iter(made.values())).quota
-            self.say(f"cpu slices ({self.cpu.mode}): each opportunistic replica gets "
-                     f"{q.cores:g} cores ({q.quota_us} us every {q.period_us} us)")
-        else:
-            self.say(f"WARNING: no CPU slices ({self.cpu.reason}): the opportunistic replicas "
-                     "share every core, so what is lent bounds nothing, and their busy share "
-                     "is what they report, not a share of a quota")
-        return made
-
-    def _slices_info(self) -> dict[str, Any]:
-        cores = {w: s.quota.cores for w, s in self.cpu.slices.items()}
-        period = next(iter(self.cpu.slices.values())).quota.period_us if cores else None
-        return {"mode": self.cpu.mode if cores else "none",
-                **({"reason": self.cpu.reason or "no slice could be made"} if not cores else {}),
-                "cores": cores, "period_us": period,
-                "cores_per_unit": self.opt.cores_per_unit}
-
-    def _sample_slices(self, *, force: bool = False,
-                       ending: tuple[str, ...] = ()) -> None:
-        """About once a second, each running slice's usage counter (``slices.jsonl``); a
-        replica counts as lent from its readiness to its reclaim (``ending`` takes a last
-        sample of those being reclaimed now, still lent)."""
-        if not self.cpu.slices or (not force and time.monotonic() < self.next_sample):
-            return
-        self.next_sample = time.monotonic() + 1.0
-        rows = []
-        for worker_id, slice_ in self.cpu.slices.items():
-            if worker_id not in self.lives:
-                continue
-            child = self.children.get(worker_id)
-            lent = worker_id not in self.offline or worker_id in ending
-            if lent and not self.serving.get(worker_id):
-                self.serving[worker_id] = self._ready(self.ports.workers[worker_id], 0.5)
-            try:
-                usage = slice_.usage_usec()
-            except (OSError, ValueError):
-                continue
-            rows.append({"t_s": round((wall_ms() - self.start_ms) / 1000.0, 3),
-                         "mono_s": round(time.monotonic(), 4), "worker_id": worker_id,
-                         "life": self.lives[worker_id], "usage_usec": usage,
-                         "cores": slice_.quota.cores,
-                         "lent": bool(lent and self.serving.get(worker_id)
-                                      and child is not None)})
-        if rows:
-            with (self.out / report.SLICES).open("a") as fh:
-                fh.writelines(json.dumps(r) + "\n" for r in rows)
 
     def _start_workers(self) -> None:
         """Every worker gets its process description now; the provisioned ones start now, the
         opportunistic ones whose capacity follows a schedule when it lends them (each in its
-        CPU slice where the host allows, see ``_open_slices``)."""
+        CPU slice where the host allows, see ``ReplicaBook.open_slices``)."""
         config = self._worker_config()
         managed = plan.managed_replicas(self.changes)
-        made = self._open_slices()
+        made = self.book.open_slices(self.replicas)
         for r in self.replicas:
             cpu = made.get(r.worker_id)
             self.children[r.worker_id] = Child(r.worker_id, [
@@ -391,34 +228,20 @@ class Demo:
                       else self.opt.provisioned_nice),
                 enter=cpu.enter if cpu is not None else None)
         now = [r.worker_id for r in self.replicas if r.worker_id not in managed]
-        self.offline = set(managed)
+        self.book.offline = set(managed)
         for worker_id in now:
             self.children[worker_id].start()
             if worker_id in made:
-                self.lives[worker_id] = 1
+                self.book.lives[worker_id] = 1
         self.say(f"workers: starting {', '.join(now)} (torch models load and warm up in each); "
                  f"{len(managed)} opportunistic replica(s) start when their capacity is lent")
         for worker_id in now:
             self._wait_ready(worker_id, self.ports.workers[worker_id], 180.0)
         self._check_alive()
-        self._say_priority(now)
+        for note in niceness_shortfalls(self.children, self.replicas, now,
+                                        self.opt.provisioned_nice):
+            self.say(note)
         self.say("workers: ready")
-
-    def _say_priority(self, started: list[str]) -> None:
-        """Say when a provisioned replica could not be given its niceness (not root): its
-        baseline work then shares the CPU evenly with everything else on this host."""
-        want = self.opt.provisioned_nice
-        provisioned = {r.worker_id for r in self.replicas if r.tier != "opportunistic"}
-        for worker_id in started:
-            popen = self.children[worker_id].popen
-            if not want or popen is None or worker_id not in provisioned:
-                continue
-            with contextlib.suppress(OSError):
-                got = os.getpriority(os.PRIO_PROCESS, popen.pid) - os.getpriority(
-                    os.PRIO_PROCESS, 0)
-                if got != want:
-                    self.say(f"note: {worker_id} runs at niceness {got:+d}, not {want:+d} "
-                             "(needs root): its baseline work shares the CPU evenly")
 
     def _wait_ready(self, name: str, port: int, timeout_s: float) -> None:
         """Wait for a child's ``/readyz`` (a worker: model warm, Kafka read; the control plane:
@@ -432,47 +255,12 @@ class Demo:
         if name == "control-plane":
             self.say("control plane: ready")
 
-    def _follow_replicas(self) -> None:
-        """Start and take back opportunistic replicas whose time has come (from the watch loop:
-        children are started from the main thread, whose end is their parent-death signal)."""
-        now = wall_ms()
-        while self.pending and self.start_ms + self.pending[0].at_ms <= now:
-            change = self.pending.pop(0)
-            (self._replica_up if change.up else self._replica_down)(change.worker_id)
-            self.replica_log.append((round((wall_ms() - self.start_ms) / 1000.0, 3),
-                                     change.worker_id, "started" if change.up else "reclaimed"))
-
-    def _replica_up(self, worker_id: str) -> None:
-        """Capacity lent: a new replica process starts (clients route to it once it announces
-        itself serving). One still draining from its last reclaim is waited for first."""
-        child = self.children[worker_id]
-        if child.alive():
-            child.stop(signal.SIGTERM, 10.0)
-        child.start()
-        self.offline.discard(worker_id)
-        self.lives[worker_id] = self.lives.get(worker_id, 0) + 1
-        self.serving[worker_id] = False
-        self.say(f"replica {worker_id}: capacity lent, starting")
-
-    def _replica_down(self, worker_id: str) -> None:
-        """The notice's deadline: the owner takes the machine back. Scrape first (the reaction
-        histogram lives in the process), then stop it as a reclaimed machine goes: it serves
-        what it has queued and exits while the run goes on."""
-        self.offline.add(worker_id)
-        self._sample_slices(force=True, ending=(worker_id,))
-        self.serving[worker_id] = False
-        text = self._scrape(worker_id)
-        if text is not None:
-            self.scraped[f"{worker_id}#{len(self.scraped) + 1}"] = text
-        self.children[worker_id].send(signal.SIGTERM)
-        self.say(f"replica {worker_id}: capacity reclaimed, stopping")
-
     def _dead(self) -> list[str]:
         """Children that should be running and are not (the scheduler and the load generator
         may end on their own, status 0, when their timeline is over, a moment before ours)."""
         dead = []
         for name, child in list(self.children.items()):
-            if child.popen is None or name in self.offline or name == "prometheus":
+            if child.popen is None or name in self.book.offline or name == "prometheus":
                 continue
             if child.alive():
                 continue
@@ -508,7 +296,8 @@ class Demo:
                                 str(self.out / "loadgen"), "--metrics-port",
                                 str(self.ports.loadgen), *self._kafka_args(),
                                 *self._signing_args()])
-        self.pending = list(self.changes)
+        self.book.start_ms = self.start_ms
+        self.book.pending = list(self.changes)
         if self.opt.prometheus:
             self._start_prometheus()
         self.say(f"load: starts in {LEAD_S:.0f}s and runs {self.opt.duration_s:.0f}s; "
@@ -540,13 +329,13 @@ class Demo:
         next_line = 0.0
         while wall_ms() < self.end_ms:
             self._check()
-            self._follow_replicas()
+            self.book.follow()
             self._check_alive()
             if time.monotonic() >= next_line:
                 self._progress()
                 next_line = time.monotonic() + self.opt.progress_every_s
             self._observe()
-            self._sample_slices()
+            self.book.sample()
             self.stop.wait(0.25)
         self._progress()
 
@@ -564,43 +353,9 @@ class Demo:
     def _progress(self) -> None:
         now = wall_ms()
         t = (now - self.start_ms) / 1000.0
-        if t < 0:
-            self.say(f"[{t:6.1f}s] starting")
-            return
-        phase = plan.phase_at(self.phases, t)
-        line = last_line(self.out / "loadgen" / "loadgen.jsonl") or {}
-        parts = [f"[{t:5.0f}/{self.opt.duration_s:.0f}s {phase:8}]",
-                 f"{line.get('requests', 0):3d} req/s"]
-        mon = self.monitor
-        if mon is not None:
-            p99 = mon.ranking_p99(now)
-            targets, done, shed, _ = mon.snapshot()
-            sla = self.scenario.control.rma.sla_p99_ms
-            parts.append("ranking p99 " + ("  -  " if p99 is None else f"{p99:5.1f}")
-                         + f" ms (SLA {sla:g})")
-            if targets is not None:
-                parts.append(f"targets: extra {targets.rma.extra_candidates:3d} "
-                             f"({targets.rma.limited_by or '-'}) "
-                             f"coverage {targets.sbm.coverage:.2f} "
-                             f"({targets.sbm.limited_by or '-'})")
-            shed_total = sum(shed.values())
-            top = ", ".join(f"{k} {v}" for k, v in sorted(shed.items(), key=lambda kv: -kv[1])
-                            [:2])
-            parts.append(f"optional done {done:,} shed {shed_total:,}"
-                         + (f" ({top})" if top else ""))
-        cuts = line.get("client_cuts", {})
-        client_cut = sum(v for k, v in cuts.items() if not k.startswith("baseline_only"))
-        parts.append(f"client cuts {client_cut:,}")
-        parts.append(f"failed {self._failed()}")
-        self.say(" | ".join(parts))
-
-    def _failed(self) -> int:
-        total = 0
-        path = self.out / "loadgen" / "loadgen.jsonl"
-        with contextlib.suppress(OSError, ValueError), path.open() as fh:
-            for raw in fh:
-                total += json.loads(raw).get("failed", 0)
-        return total
+        phase = plan.phase_at(self.phases, t) if t >= 0 else ""
+        self.say(progress_line(t, self.opt.duration_s, phase, self.out / "loadgen",
+                               self.monitor, now, self.scenario.control.rma.sla_p99_ms))
 
     # -- the end ---------------------------------------------------------------------------
 
@@ -611,9 +366,9 @@ class Demo:
             self.end_ms = wall_ms()
         self.end_ms = max(self.start_ms, min(self.end_ms or wall_ms(), wall_ms()))
         self._stop_child("scheduler", signal.SIGTERM, 5 if quick() else 20)
-        self.pending = []
+        self.book.pending = []
         with contextlib.suppress(OSError):
-            self._sample_slices(force=True)
+            self.book.sample(force=True)
         self._scrape_workers()
         workers = [r.worker_id for r in getattr(self, "replicas", [])]
         for name in workers:
@@ -621,7 +376,7 @@ class Demo:
                 self.children[name].send(signal.SIGTERM)
         for name in workers:
             self._stop_child(name, signal.SIGTERM, 5 if quick() else 30)
-        left = self.cpu.close()
+        left = self.book.close()
         if left:
             self.say(f"warning: CPU slices not removed (still in use?): {', '.join(left)}")
         self._stop_child("control-plane", signal.SIGTERM, 5 if quick() else 30)
@@ -653,7 +408,7 @@ class Demo:
     def _scrape_workers(self) -> None:
         """Each worker's /metrics text, for the preemption reaction histogram (with those of
         replicas already taken back)."""
-        texts = dict(self.scraped)
+        texts = dict(self.book.scraped)
         for name in getattr(self, "ports", Ports(0, 0, 0, {})).workers:
             child = self.children.get(name)
             text = self._scrape(name) if child is not None and child.alive() else None
@@ -673,7 +428,8 @@ class Demo:
                         interrupted=self.stop.is_set(),
                         kafka="embedded" if self.broker_dir else "external",
                         endpoints=self._endpoints(),
-                        replica_changes=self.replica_log, slices=self._slices_info())
+                        replica_changes=self.book.log,
+                                slices=self.book.slices_info())
         (self.out / "run.json").write_text(json.dumps(asdict(info), indent=2) + "\n")
         try:
             summary = report.build(self.out)
@@ -685,89 +441,9 @@ class Demo:
         self.say(f"report: {self.out / 'report.html'}  summary: {self.out / 'summary.json'}  "
                  f"event log: {self.out / report.EVENT_LOG}")
 
-
     def _endpoints(self) -> dict[str, int]:
         p = self.ports
         return {"control-plane": p.control, "scheduler": p.scheduler, "loadgen": p.loadgen,
                 **p.workers, **({"prometheus": self.prometheus_port}
                                if self.prometheus_port else {})}
 
-
-def topics_serve(kafka: KafkaSettings) -> bool:
-    """Every partition of the logged topics answers an offsets-for-times query (what the
-    recorder asks first): freshly created topics take a moment to get serving leaders."""
-    from schemas import kafka_clients
-    from streams.eventlog import TOPICS
-
-    consumer = kafka_clients.consumer(kafka, "surplus-demo-probe", **{"enable.auto.commit": False})
-    try:
-        parts = []
-        for logical in TOPICS:
-            name = kafka.topic(logical)
-            partitions = kafka_clients.partitions(consumer, name, timeout_s=5.0)
-            parts += kafka_clients.starting_at(name, partitions, wall_ms())
-        found = consumer.offsets_for_times(parts, timeout=5.0)
-        return all(tp.error is None for tp in found)
-    except (kafka_clients.KafkaException, kafka_clients.TopicUnavailable):
-        return False
-    finally:
-        consumer.close()
-
-
-def _builtins(struct: Any) -> dict[str, Any]:
-    import msgspec
-
-    value = msgspec.to_builtins(struct)
-    assert isinstance(value, dict)
-    return value
-
-
-def run_info(scenario: Scenario, phases: list[plan.Phase], replicas: list[plan.Replica],
-             start_ms: int, end_ms: int, duration_s: float, *, interrupted: bool,
-             kafka: str, endpoints: dict[str, int],
-             replica_changes: list[tuple[float, str, str]] | None = None,
-             slices: dict[str, Any] | None = None) -> RunInfo:
-    region = scenario.regions[0]
-    return RunInfo(
-        scenario=scenario.name, region=region.name, start_ms=start_ms, end_ms=end_ms,
-        duration_s=duration_s, period_ms=scenario.control.period_ms,
-        min_samples=scenario.control.min_samples, sla_p99_ms=scenario.control.rma.sla_p99_ms,
-        sbm_sla_p99_ms=scenario.control.sbm.sla_p99_ms, base_candidates=region.base_candidates,
-        phases=[(p.name, p.start_s, p.end_s) for p in phases],
-        storms=plan.storm_windows(scenario), replicas=[r.worker_id for r in replicas],
-        interrupted=interrupted, kafka=kafka,
-        endpoints=endpoints, replica_changes=replica_changes or [],
-        deadline_ms=region.deadline_ms, slices=slices or {})
-
-
-def verdict(summary: dict[str, Any]) -> str:
-    return (f"summary: {summary.get('baseline_requests_total', 0)} baseline requests, "
-            f"{summary.get('baseline_requests_failed')} failed, "
-            f"{summary.get('baseline_sla_violation_windows')} SLA-violation windows "
-            f"({summary.get('baseline_windows_judged')} of "
-            f"{summary.get('baseline_windows_total')} judged); opportunistic busy share "
-            f"{summary.get('opportunistic_busy_share_lent')} "
-            f"({(summary.get('cpu_slices') or {}).get('mode', 'none')} slices); "
-            f"optional units done "
-            f"{summary.get('optional_units_done', 0):,}, shed "
-            f"{summary.get('optional_units_shed', 0):,}; incremental value "
-            f"{summary.get('incremental_value')}; notice->shed p99 "
-            f"{summary.get('notice_to_shed_p99_ms')} ms")
-
-
-def prometheus_config(targets: dict[str, list[int]], pools: dict[int, str] | None = None) -> str:
-    """A scrape config for the run's endpoints (job per kind of process). A worker's target
-    carries its ``pool`` label, as compose's scrape config and the chart's ServiceMonitor set
-    it: the dashboard tells opportunistic pools by it."""
-    pools = pools or {}
-    lines = ["global:", "  scrape_interval: 2s", "scrape_configs:"]
-    for job, ports in targets.items():
-        lines += [f"  - job_name: {job}", "    static_configs:"]
-        plain = [p for p in ports if p not in pools]
-        if plain:
-            hosts = ", ".join(f"'127.0.0.1:{p}'" for p in plain)
-            lines.append(f"      - targets: [{hosts}]")
-        for port in (p for p in ports if p in pools):
-            lines += [f"      - targets: ['127.0.0.1:{port}']",
-                      f"        labels: {{pool: '{pools[port]}'}}"]
-    return "\n".join(lines) + "\n"

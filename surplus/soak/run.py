@@ -23,7 +23,8 @@ from typing import Any
 
 from schemas.clock import wall_ms
 from surplus import localkafka
-from surplus.demo.run import Demo, DemoOptions
+from surplus.demo.options import DemoOptions
+from surplus.demo.run import Demo
 from surplus.live.procs import metrics_text
 from surplus.soak import growth, probe, verdict
 

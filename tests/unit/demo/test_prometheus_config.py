@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from surplus.demo.run import prometheus_config
+from surplus.demo.runinfo import prometheus_config
 
 
 def test_each_worker_target_carries_its_pool_and_other_jobs_none() -> None:
