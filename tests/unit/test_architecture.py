@@ -25,7 +25,7 @@ IMPURE = {"faust", "aiokafka", "confluent_kafka", "kafka", "torch", "aiohttp", "
           "time", "datetime", "random", "secrets", "uuid", "os", "mode"}
 PURE = ["schemas/contract.py", "schemas/codec.py", "schemas/sketch.py", "schemas/topics.py",
         "schemas/signing.py", "schemas/keywatch.py",
-        "streams/control/*.py", "workers/policy/*.py", "workers/api.py", "workers/wire.py",
+        "streams/control/*.py", "workers/policy/*.py", "workers/api.py", "workers/wire/*.py",
         "workers/client/decision.py", "workers/client/config.py", "workers/capacity/decide.py",
         "workers/capacity/lend.py", "workers/capacity/platform.py", "workers/capacity/cgroup.py",
         "workers/runtime/oip_wire.py"]
@@ -87,7 +87,7 @@ def test_only_the_control_plane_app_and_agents_import_faust() -> None:
 
 
 def test_pure_client_core_does_not_reach_into_the_edge() -> None:
-    for path in files("workers/policy/*.py", "workers/api.py", "workers/wire.py",
+    for path in files("workers/policy/*.py", "workers/api.py", "workers/wire/*.py",
                       "workers/client/decision.py"):
         edge = {m for m in imported_modules(path)
                 if m.startswith(("workers.runtime", "workers.client.client",
