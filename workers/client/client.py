@@ -4,13 +4,12 @@ Per request it decides (no I/O, see `decision.py`) how many extra candidates to 
 the powerful pool serves it, calls the worker over HTTP (`transport.py`: the next replica, the
 body in msgpack or JSON), and falls back to the baseline pool when the powerful call fails or
 runs out of its share of the deadline — so losing opportunistic capacity only ever costs
-optional work. It feeds every worker's load signals into client-side
-shedding, and publishes a decision record (RoutingOutcome v4: lever choices, the router's
-propensity, explored, holdout) per request, in batches, so the control plane can join them
-with the outcome labels that arrive later (`label`, or any labeller writing to the labels
-topic) and learn what optional work paid. A service that knows a request's value at response
-time passes `outcome_value`: its decisions carry the value, and the router learns from it at
-once.
+optional work. It feeds every worker's load signals into client-side shedding, and publishes a
+decision record (RoutingOutcome v4: lever choices, the router's propensity, explored, holdout)
+per request, in batches (`records.py`), so the control plane can join them with the outcome
+labels that arrive later (`label`, or any labeller writing to the labels topic) and learn
+what optional work paid. A service that knows a request's value at response time passes
+`outcome_value`: its decisions carry the value, and the router learns from it at once.
 
 Targets arrive on a background thread (`TargetsFeed`) and are applied on the event loop, so all
 policy state is touched from one thread. So do the replicas, with ``membership`` on: each
@@ -31,24 +30,20 @@ import msgspec
 
 from schemas import kafka_clients
 from schemas.clock import wall_ms
-from schemas.codec import encode as encode_event
-from schemas.codec import encode_outcomes
 from schemas.contract import (
     SUPPLY_VERSION,
     ControlTargets,
-    DeadLetter,
     OutcomeLabel,
     ReplicaAnnouncement,
     RoutingOutcome,
 )
-from schemas.kafka_clients import KafkaError, Producer
 from schemas.kafka_config import KafkaSettings
 from schemas.signing import Keyring, KeySource
-from schemas.topics import scope_partition, spec
 from workers.api import Candidate, RankRequest, RankResponse
 from workers.client.config import ClientConfig
 from workers.client.decision import Decider, Decision, logged_propensity
 from workers.client.feed import MembershipFeed, TargetsFeed
+from workers.client.records import RecordQueue
 from workers.client.transport import RETRY_ON_ANOTHER_REPLICA, CallFailed, Transport
 from workers.policy.membership import Membership
 from workers.policy.routing import Model
@@ -133,16 +128,12 @@ class RankingClient:
         self.transport = Transport(pools, encoding=config.encoding,
                                    replica_down_s=config.replica_down_s,
                                    membership=self.membership, clock=clock)
-        self._producer: Producer | None = None
         self._feed: TargetsFeed | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        #: Decision records not yet sent, and when the oldest of them was made.
-        self._batch: list[RoutingOutcome] = []
-        self._labels: list[OutcomeLabel] = []
-        self._batch_since = 0.0
+        #: Decision records and labels on their way to Kafka (None: no Kafka, or not started).
+        self._records: RecordQueue | None = None
         self._served: dict[str, tuple[str, Model]] = {}
         self._flusher: asyncio.Task[None] | None = None
-        self._labels_partition = scope_partition(config.scope, spec("labels").partitions)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -154,16 +145,17 @@ class RankingClient:
         self.transport.open(self.config.max_connections)
         if self.kafka is None:
             return  # targets and membership, if any, come through apply_targets/_membership
-        self._producer = kafka_clients.producer(self.kafka,
-                                                **{"client.id": "surplus-ranking-client"})
-        self._flusher = asyncio.create_task(self._flush_every())
+        producer = kafka_clients.producer(self.kafka, **{"client.id": "surplus-ranking-client"})
+        records = self._records = RecordQueue(self.config, self.kafka, producer,
+                                              self.decider.bump)
+        self._flusher = asyncio.create_task(records.flush_every())
         self._feed = TargetsFeed(self.kafka, self.config.scope, self._from_feed,
-                                 self._send_dead_letter, check=self.decider.targets.verifier)
+                                 records.dead_letter, check=self.decider.targets.verifier)
         self._feed.start()
         if self.membership is not None:
             self._membership_feed = MembershipFeed(self.kafka, self.config.scope,
                                                    self._from_membership_feed,
-                                                   self._send_dead_letter)
+                                                   records.dead_letter)
             self._membership_feed.start()
         if self.config.catch_up_timeout_s > 0:
             for name, feed in (("feed", self._feed), ("membership", self._membership_feed)):
@@ -173,16 +165,6 @@ class RankingClient:
                                                     self.config.catch_up_timeout_s)
                 if not caught_up:
                     self.decider.bump(name, "catch_up_timeout")
-
-    async def _flush_every(self) -> None:
-        """A quiet client's decisions go out within the linger too."""
-        linger_s = max(self.config.decision_linger_ms, 10.0) / 1000.0
-        while True:
-            await asyncio.sleep(linger_s)
-            if (self._batch or self._labels) and (
-                    (time.perf_counter() - self._batch_since) * 1000.0
-                    >= self.config.decision_linger_ms):
-                self.flush_decisions()
 
     async def close(self) -> None:
         """Stop the feeds, close the HTTP pool, and send the decision records and labels still
@@ -196,11 +178,8 @@ class RankingClient:
         if self._membership_feed is not None:
             await asyncio.to_thread(self._membership_feed.stop)
         await self.transport.close()
-        self.flush_decisions()
-        if self._producer is not None:
-            undelivered = await asyncio.to_thread(self._producer.flush, 5.0)
-            if undelivered:
-                self.decider.bump("outcomes", "undelivered_at_close", undelivered)
+        if self._records is not None:
+            await self._records.close()
 
     async def __aenter__(self) -> RankingClient:
         await self.start()
@@ -377,54 +356,23 @@ class RankingClient:
 
     def _publish(self, request: RankRequest, response: RankResponse, decision: Decision,
                  fell_back: str | None, value: float | None, offered: int) -> None:
-        """Queue the request's decision record; a full batch, or one older than the linger,
-        goes out as one message."""
-        if self._producer is None or not self.config.publish_outcomes or self.kafka is None:
+        """Queue the request's decision record (`RecordQueue.decision`)."""
+        if self._records is None or not self.config.publish_outcomes:
             return
         model = response.model
         propensity = logged_propensity(decision.model, decision.propensity, model)
-        record = RoutingOutcome(
+        self._records.decision(RoutingOutcome(
             v=SUPPLY_VERSION, ts_ms=self._clock(), scope=self.config.scope,
             request_id=request.request_id, segment=request.segment, model=model,
             value=value, explored=decision.explored and fell_back is None,
             extra=response.optional_scored if fell_back is None else 0,
-            propensity=propensity, holdout=decision.holdout, available=offered)
-        batch = self._batch
-        if not batch and not self._labels:
-            self._batch_since = time.perf_counter()
-        batch.append(record)
-        if (len(batch) >= self.config.decision_batch_max
-                or (time.perf_counter() - self._batch_since) * 1000.0
-                >= self.config.decision_linger_ms):
-            self.flush_decisions()
+            propensity=propensity, holdout=decision.holdout, available=offered))
 
     def flush_decisions(self) -> None:
         """Send the decision records queued so far as one outcomes message, and the labels
         as one labels message (keyed by the scope; a lone label by its request id)."""
-        producer, batch = self._producer, self._batch
-        if producer is None or self.kafka is None:
-            return
-        if self._labels:
-            self._flush_labels(producer)
-        if not batch:
-            return
-        self._batch = []
-        n = len(batch)
-        try:
-            producer.produce(self.kafka.topic("outcomes"), key=self.config.scope,
-                             value=encode_outcomes(batch),
-                             on_delivery=lambda err, _msg: self._delivered(err, _msg, n))
-        except BufferError:
-            self.decider.bump("outcomes", "dropped_queue_full", n)
-        except Exception:
-            self.decider.bump("outcomes", "dropped_error", n)
-        producer.poll(0)
-
-    def _delivered(self, err: KafkaError | None, _msg: Any, n: int = 1) -> None:
-        # Runs inside producer.poll()/flush(), on whichever thread called them.
-        self.decider.bump("outcomes", "published" if err is None else "delivery_failed", n)
-        if err is None:
-            self.decider.bump("outcomes", "batches")
+        if self._records is not None:
+            self._records.flush()
 
     def label(self, request_id: str, value: float) -> None:
         """The outcome of a request served earlier (a click, a conversion, watch time): sent
@@ -439,40 +387,10 @@ class RankingClient:
         served = self._served.pop(request_id, None)
         if served is not None:
             self.decider.router.observe(served[0], served[1], value)
-        producer = self._producer
-        if producer is None or self.kafka is None or not self.config.publish_outcomes:
+        if self._records is None or not self.config.publish_outcomes:
             return
-        labels = self._labels
-        if not labels and not self._batch:
-            self._batch_since = time.perf_counter()
-        labels.append(OutcomeLabel(ts_ms=self._clock(), scope=self.config.scope,
-                                   request_id=request_id, value=value))
-        if (len(labels) >= self.config.decision_batch_max
-                or (time.perf_counter() - self._batch_since) * 1000.0
-                >= self.config.decision_linger_ms):
-            self.flush_decisions()
-
-    def _flush_labels(self, producer: Producer) -> None:
-        assert self.kafka is not None
-        labels, self._labels = self._labels, []
-        one = len(labels) == 1
-        try:
-            producer.produce(self.kafka.topic("labels"),
-                             key=labels[0].request_id if one else self.config.scope,
-                             value=encode_event(labels[0]) if one else encode_outcomes(labels),
-                             partition=self._labels_partition)
-            self.decider.bump("labels", "sent", len(labels))
-        except BufferError:
-            self.decider.bump("labels", "dropped_queue_full", len(labels))
-        producer.poll(0)
-
-    def _send_dead_letter(self, letter: DeadLetter) -> None:
-        """Called on the feed thread: the producer is thread-safe."""
-        if self._producer is None or self.kafka is None:
-            return
-        with contextlib.suppress(BufferError):
-            self._producer.produce(self.kafka.topic("deadletter"), key=letter.source_topic,
-                                   value=encode_event(letter))
+        self._records.label(OutcomeLabel(ts_ms=self._clock(), scope=self.config.scope,
+                                         request_id=request_id, value=value))
 
     # ---- reporting ---------------------------------------------------------------------------
 
