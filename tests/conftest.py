@@ -86,7 +86,7 @@ def _start_container(stack: ExitStack) -> str:
 
 def _start_local(stack: ExitStack, tmp_dir: str) -> str:
     localkafka.fetch_jars()
-    data_dir = localkafka.Path(tmp_dir) / "kafka"
+    data_dir = Path(tmp_dir) / "kafka"
     info, _ = localkafka.up(port=localkafka.free_port(), data_dir=data_dir)
     stack.callback(localkafka.down, data_dir)
     return info.bootstrap

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from surplus import localkafka
+from surplus.localkafka.broker import write_config
+from surplus.localkafka.cluster import cluster_config
 
 
 def _properties(path: Path) -> dict[str, str]:
@@ -15,7 +17,7 @@ def _properties(path: Path) -> dict[str, str]:
 
 
 def test_each_node_listens_two_ports_up_and_knows_every_voter(tmp_path: Path) -> None:
-    config = _properties(localkafka._cluster_config(tmp_path, 2, 9092, 3))
+    config = _properties(cluster_config(tmp_path, 2, 9092, 3))
     assert config["node.id"] == "2"
     assert config["listeners"] == ("PLAINTEXT://127.0.0.1:9094,"
                                    "CONTROLLER://127.0.0.1:9095")
@@ -25,7 +27,7 @@ def test_each_node_listens_two_ports_up_and_knows_every_voter(tmp_path: Path) ->
 
 
 def test_three_nodes_replicate_three_times_and_acknowledge_from_two(tmp_path: Path) -> None:
-    config = _properties(localkafka._cluster_config(tmp_path, 1, 9092, 3))
+    config = _properties(cluster_config(tmp_path, 1, 9092, 3))
     for key in ("default.replication.factor", "offsets.topic.replication.factor",
                 "transaction.state.log.replication.factor"):
         assert config[key] == "3", key
@@ -52,7 +54,7 @@ def test_a_cluster_of_no_brokers_is_refused_by_name() -> None:
 def test_a_broker_behind_a_proxy_sends_clients_to_the_proxy_and_itself_direct(
         tmp_path: Path) -> None:
     behind = localkafka.BehindProxy(proxy_port=7000, direct_port=7100)
-    config = _properties(localkafka._write_config(tmp_path, 9092, 9093, behind))
+    config = _properties(write_config(tmp_path, 9092, 9093, behind))
     assert config["listeners"] == ("PLAINTEXT://127.0.0.1:9092,DIRECT://127.0.0.1:7100,"
                                    "CONTROLLER://127.0.0.1:9093")
     assert config["advertised.listeners"] == ("PLAINTEXT://127.0.0.1:7000,"
