@@ -22,8 +22,10 @@ and the faults in force then, so that ``surplus chaos --seed N`` replays it.
 - ``notices_kept``: every notice the broker acknowledged is on the preemption topic at the
   end (acks=all on a three-node cluster: no acknowledged write is lost).
 - ``labels_counted``: every label delivered is counted by the control plane's join, under
-  some reason (joined, late, orphan, duplicate), summed over its restarts (invariants 4 and
-  5: a restart loses at most a window of joins, whose labels count as orphans).
+  some reason (joined, late, orphan, duplicate), summed over its processes (invariants 4 and
+  5: a restart loses at most a window of joins, whose labels count as orphans), except those
+  a killed process took in after its last report (``labels_at_risk``: a known gap, see
+  docs/reliability.md).
 - ``forged_refused``: every forged message was dead-lettered as refused (``unsigned``,
   ``unknown_key``, ``bad_signature``), and no forged target was applied (invariant 6).
 """
@@ -184,18 +186,36 @@ def notices_kept(history: History) -> list[Violation]:
 
 
 def counted_labels(history: History) -> dict[str, int]:
-    """Labels the join counted, by reason, over the whole run: each reason's count summed
-    over the control plane's processes (a count that falls is a new process starting from
-    0, as Prometheus reads a counter's reset)."""
-    totals: dict[str, int] = {}
-    last: dict[str, int] = {}
+    """Labels the join counted, by reason, over the whole run: each control-plane process's
+    last counts, summed. A process's counts start from 0 and only grow; the processes are
+    told apart by the control plane's kills in the history (a new one starts after each),
+    not by the counts, since a new process may count more orphans at once than the one
+    before it did in all."""
+    restarts = sorted(f.t for f in history.faults if f.kind == "control_kill" and f.ok)
+    last: dict[int, dict[str, int]] = {}
     for estimate in history.estimates:
+        process = sum(1 for t in restarts if t <= estimate.t)
+        seen = last.setdefault(process, {})
         for reason in LABEL_REASONS:
-            now = estimate.join.get(reason, 0)
-            before = last.get(reason, 0)
-            totals[reason] = totals.get(reason, 0) + (now - before if now >= before else now)
-            last[reason] = now
-    return totals
+            seen[reason] = max(seen.get(reason, 0), estimate.join.get(reason, 0))
+    return {reason: sum(counts.get(reason, 0) for counts in last.values())
+            for reason in LABEL_REASONS}
+
+
+def labels_at_risk(history: History) -> int:
+    """Labels sent while a control-plane process that was then killed had taken in labels
+    it had not yet reported: from a second before the last LiftReport preceding each kill
+    to the kill. Their counts die with the process (they are not part of its restored
+    state), and the labels are not read again once their offsets were committed."""
+    if history.labels is None:
+        return 0
+    kills = sorted(f.t for f in history.faults if f.kind == "control_kill" and f.ok)
+    reports = sorted(e.t for e in history.estimates)
+    windows = []
+    for kill in kills:
+        before = [t for t in reports if t <= kill]
+        windows.append(((before[-1] if before else 0.0) - 1.0, kill))
+    return sum(1 for t in history.labels.times if any(a <= t <= b for a, b in windows))
 
 
 def labels_counted(history: History) -> list[Violation]:
@@ -204,12 +224,14 @@ def labels_counted(history: History) -> list[Violation]:
         return [_violation(history, "labels_counted", 0.0, history.run.duration_s,
                            "no label totals recorded")]
     by_reason = counted_labels(history)
-    counted = sum(by_reason.values())
-    if counted < labels.delivered:
+    uncounted = labels.delivered - sum(by_reason.values())
+    at_risk = labels_at_risk(history)
+    if uncounted > at_risk:
         return [_violation(history, "labels_counted", 0.0, history.run.duration_s,
-                           f"{labels.delivered - counted} of {labels.delivered} labels "
-                           f"delivered are counted by no reason (counted: {by_reason}, "
-                           f"over {len(history.estimates)} lift reports)")]
+                           f"{uncounted} of {labels.delivered} labels delivered are counted "
+                           f"by no reason, {at_risk} of them sent just before a control plane "
+                           f"was killed (counted: {by_reason}, over "
+                           f"{len(history.estimates)} lift reports)")]
     return []
 
 
@@ -264,6 +286,7 @@ def summary(history: History, violations: list[Violation]) -> dict[str, Any]:
             "faults_not_injected": dict(sorted(failed.items())),
             "notices": len(history.notices), "forged": len(history.forged),
             "labels": {"delivered": history.labels.delivered if history.labels else 0,
-                       "counted": counted_labels(history)},
+                       "counted": counted_labels(history),
+                       "at_risk_of_a_kill": labels_at_risk(history)},
             "violations": by_invariant,
             "violation_list": [msgspec.to_builtins(v) for v in violations]}

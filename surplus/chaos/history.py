@@ -143,17 +143,21 @@ class ReadBack(msgspec.Struct, frozen=True, tag="readback"):
 
 
 class LabelTotals(msgspec.Struct, frozen=True, tag="labels"):
-    """Labels the client sent, and those it handed to its producer (not dropped)."""
+    """Labels the client sent, those it handed to its producer (not dropped), and when each
+    was sent."""
 
     sent: int
     delivered: int
+    times: list[float] = []
 
 
 class Estimate(msgspec.Struct, frozen=True, tag="estimate"):
-    """One LiftReport of the scope read back from the estimates topic at the end, in topic
-    order: its join counts by reason (since that control-plane process started: the counts
-    are not part of the state a restart restores, so they start again from 0)."""
+    """One LiftReport of the scope read back from the estimates topic at the end: when it
+    was issued (``t``, its ``ts_ms`` on the run's clock; the control plane keeps a true
+    clock) and its join counts by reason, since that control-plane process started (the
+    counts are not part of the state a restart restores)."""
 
+    t: float
     ts_ms: int
     epoch: int
     join: dict[str, int]

@@ -526,16 +526,23 @@ class Chaos:
                 with contextlib.suppress(Exception):
                     report = decode(LiftReport, value)
                     if report.scope == REGION:
-                        estimates.append(h.Estimate(ts_ms=report.ts_ms, epoch=report.epoch,
+                        t = self.now() - (wall_ms() - report.ts_ms) / 1000.0
+                        estimates.append(h.Estimate(t=round(t, 3), ts_ms=report.ts_ms,
+                                                    epoch=report.epoch,
                                                     join=dict(report.join)))
             probe = h.History([h.RunInfo(seed=0, duration_s=1, sla_p99_ms=1, window_s=1,
                                          ttl_ms=1, max_clock_skew_ms=0, ttl_slack_ms=0,
-                                         settle_s=0), *estimates])
+                                         settle_s=0), *self.rec.of(h.FaultRecord),
+                               *estimates])
             if sum(counted_labels(probe).values()) >= delivered:
                 break
         for estimate in estimates:
             self.rec.add(estimate)
-        self.rec.add(h.LabelTotals(sent=sent, delivered=delivered))
+        assert self.fleet is not None
+        load = self.fleet.runner
+        ends = {s.request_id: s.end_t for s in load.samples}
+        times = sorted(round(ends[i], 3) for i in load.labelled if i in ends)
+        self.rec.add(h.LabelTotals(sent=sent, delivered=delivered, times=times))
 
     def _history(self) -> list[h.Record]:
         assert self.fleet is not None
@@ -567,10 +574,13 @@ class Chaos:
             changes = {name: round(getattr(record, name) - shift, 3)
                        for name in ("t", "end_t", "deadline_t", "acked_t", "direct_t")
                        if getattr(record, name, None) is not None}
+            if isinstance(record, h.LabelTotals):
+                changes["times"] = [round(x - shift, 3) for x in record.times]
             return msgspec.structs.replace(record, **changes)
 
         with self.rec.lock:
-            out += [shifted(r) if hasattr(r, "t") else r for r in self.rec.records]
+            out += [shifted(r) if hasattr(r, "t") or isinstance(r, h.LabelTotals) else r
+                    for r in self.rec.records]
         return out
 
     # -- the run ---------------------------------------------------------------------------------

@@ -47,8 +47,8 @@ def _load(seconds: float = 60.0, rate: float = 10.0) -> list[Any]:
 
 def _clean() -> list[Any]:
     return [RUN, *_load(), ReadBack("preemption", []),
-            LabelTotals(sent=10, delivered=10), Estimate(1, 1, {"joined": 3}),
-            Estimate(2, 2, {"joined": 8, "orphan": 2})]
+            LabelTotals(sent=10, delivered=10), Estimate(1, 1, 1, {"joined": 3}),
+            Estimate(2, 2, 2, {"joined": 8, "orphan": 2})]
 
 
 def _violated(records: list[Any]) -> dict[str, int]:
@@ -144,21 +144,40 @@ def test_an_acknowledged_notice_missing_from_the_topic() -> None:
 
 def test_labels_delivered_but_not_counted() -> None:
     records = [r for r in _clean() if not isinstance(r, Estimate)]
-    assert _violated([*records, Estimate(1, 1, {"joined": 7, "unlabelled": 3})]) == {
+    assert _violated([*records, Estimate(1, 1, 1, {"joined": 7, "unlabelled": 3})]) == {
         "labels_counted": 1}
     assert _violated(records) == {"labels_counted": 1}
-    assert _violated([*records, Estimate(1, 1, {"joined": 7, "late": 3})]) == {}
+    assert _violated([*records, Estimate(1, 1, 1, {"joined": 7, "late": 3})]) == {}
 
 
-def test_labels_counted_by_processes_restarted_are_summed() -> None:
+def test_labels_counted_by_each_control_plane_process_are_summed() -> None:
     records = [r for r in _clean() if not isinstance(r, Estimate)]
-    # 6 counted, then a restart: the new process counts from 0 again (4 more).
-    restarted = [Estimate(1, 1, {"joined": 4}), Estimate(2, 2, {"joined": 6}),
-                 Estimate(3, 3, {"joined": 1, "orphan": 2}), Estimate(4, 4, {"orphan": 4})]
-    history = History([*records, *restarted])
+    kill = FaultRecord(t=10.0, end_t=12.0, kind="control_kill", target="cp")
+    # 6 joined and 1 orphan, then a restart: the new process counts from 0 again, and
+    # counts more orphans at once (3) than the first did in all.
+    restarted = [Estimate(5, 1, 1, {"joined": 4}), Estimate(9, 2, 2, {"joined": 6,
+                                                                        "orphan": 1}),
+                 Estimate(13, 3, 3, {"joined": 1, "orphan": 3}),
+                 Estimate(14, 4, 4, {"joined": 1, "orphan": 3})]
+    history = History([*records, kill, *restarted])
     assert counted_labels(history) == {"joined": 7, "orphan": 4, "late": 0, "duplicate": 0}
-    assert _violated([*records, *restarted]) == {}
-    assert _violated([*records, *restarted[:3]]) == {"labels_counted": 1}
+    assert _violated([*records, kill, *restarted]) == {}
+    # Without the kill in the history, the counts are one process's: too few.
+    assert _violated([*records, *restarted]) == {"labels_counted": 1}
+
+
+def test_labels_a_killed_process_took_in_after_its_last_report_are_allowed() -> None:
+    records = [r for r in _clean() if not isinstance(r, Estimate | LabelTotals)]
+    kill = FaultRecord(t=10.0, end_t=12.0, kind="control_kill", target="cp")
+    counts = [Estimate(8, 1, 1, {"joined": 5}), Estimate(13, 2, 2, {"joined": 3})]
+    # 10 labels; the two sent at 7.5 and 9.5 (after the last report less 1 s, before the
+    # kill) were taken in by the dead process and counted by nobody.
+    sent = LabelTotals(sent=10, delivered=10, times=[1, 2, 3, 4, 5, 7.5, 9.5, 14, 15, 16])
+    assert _violated([*records, kill, *counts, sent]) == {}
+    late = LabelTotals(sent=10, delivered=10, times=[1, 2, 3, 4, 5, 6, 9.5, 14, 15, 16])
+    violations = check(History([*records, kill, *counts, late]))
+    assert [v.invariant for v in violations] == ["labels_counted"]
+    assert "2 of 10" in violations[0].what and "1 of them" in violations[0].what
 
 
 @pytest.mark.parametrize("reason", ["unsigned", "unknown_key: k9", "bad_signature"])
