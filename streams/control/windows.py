@@ -107,7 +107,7 @@ class LatencyWindow:
     def add(self, report: WindowReport) -> None:
         """Merge one report. Raises ``SketchMismatch`` (before changing anything) on a sketch
         of another relative accuracy, so the caller can dead-letter it."""
-        self._merger.add(report.latency_ms)
+        self._merger.defer(report.latency_ms)
         self.reports += 1
         self.requests += report.requests
         self.baseline += report.baseline_requests

@@ -24,3 +24,31 @@ def test_run_reports_throughput_and_the_ratio_to_the_reference() -> None:
     ratio = result["events_per_s"] / result["reference_events_per_s"]
     assert abs(result["ratio_vs_reference"] - ratio) < 0.01
     assert isinstance(result["within_target"], bool)
+
+
+def test_remembered_allocations_change_no_byte_of_the_replay(tmp_path: Path,
+                                                             monkeypatch) -> None:
+    """The controller answers inputs it has solved before from memory: the same targets,
+    windows, estimates and summary as solving every tick, with fewer LPs."""
+    import streams.control.controller as controller
+    from streams.control.config import ControlConfig
+    from streams.replay import replay_offline
+
+    log = tmp_path / "b.jsonl"
+    generate_log(log, workers=12, seconds=900, regions=2)
+    solves: list[int] = []
+    real = controller.allocate
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        solves.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(controller, "allocate", counted)
+    replay_offline(log, ControlConfig(), tmp_path / "memo")
+    remembered = len(solves)
+    solves.clear()
+    monkeypatch.setattr(controller, "SOLVED_KEPT", 1)  # only the last input, as before
+    replay_offline(log, ControlConfig(), tmp_path / "every")
+    assert remembered < len(solves)
+    for name in ("targets.csv", "windows.csv", "estimates.json", "summary.json"):
+        assert (tmp_path / "memo" / name).read_bytes() == (tmp_path / "every" / name).read_bytes()
