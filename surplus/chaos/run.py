@@ -363,11 +363,14 @@ class Chaos:
 
     def _notice(self, pool: str, replicas: list[str], deadline_s: float, n: int
                 ) -> h.NoticeRecord:
+        """A signed notice reclaiming the whole grant of ``pool`` (or ``replicas`` of it:
+        the powerful pool's one replica is all of it), on Kafka and, for the powerful
+        pool, straight to its replica."""
         now_ms = wall_ms()
         notice = self.keyring.sign(PreemptionNotice(
             notice_id=f"chaos-{self.o.seed}-{now_ms}-{n}", ts_ms=now_ms, region=REGION,
             pool_id=pool, replicas=replicas, deadline_ms=now_ms + int(deadline_s * 1000),
-            accelerator="a100", accelerator_units=0.0 if replicas else 8.0))
+            accelerator="a100", accelerator_units=8.0 if pool == POWERFUL_POOL else 4.0))
         t = self.now()
         reclaims = pool == POWERFUL_POOL
         direct = self._direct(notice) if reclaims else None
