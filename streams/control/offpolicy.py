@@ -1,41 +1,74 @@
 """What optional work is worth, measured from joined decisions: off-policy gains and lift.
 
-Every joined decision (``streams.control.labels``) is a logged bandit round: the segment (the
-context), the arm (``model``), the probability the router gave that arm (``propensity``) and
-the observed value. Two estimates come from them, both as running sums (mergeable, exact to
-replay, small enough for the controller's snapshot):
+Every joined decision (``streams.control.labels``) is a logged bandit round i: its segment
+s_i (the context), its arm a_i in {baseline, powerful} (``model``), the probability p_i the
+router gave that arm (``propensity``), its covariate x_i = log1p(extra candidates scored) and
+its observed value y_i. Its weight is w_i = 1/p_i. Holdout rounds (no optional work at all,
+whichever model served them) enter only the lift. The formulas, each kept as running sums
+(`Moments`: mergeable, exact to replay, small enough for the controller's snapshot):
 
-- **Per-segment SBM gain**, powerful minus baseline, by the self-normalised inverse-propensity
-  estimator (SNIPS, obp's ``SelfNormalizedInverseProbabilityWeighting``; the stabilised IPW
-  difference of the causal-inference texts): each arm's value is ``Σ y/p / Σ 1/p`` over the
-  rounds that took it, its variance the delta method's ``Σ (y-μ)²/p² / (Σ 1/p)²``. obp and
-  Vowpal Wabbit's ``--cb`` evaluators estimate from the whole logged sample (obp bootstraps its
-  intervals over it); the control plane sees an unbounded stream, so here the sufficient
-  statistics are kept and the interval is the normal approximation. Holdout rounds are left
-  out (they had no optional work at all, whichever model served them).
-  ``GainEstimator.priority`` combines the estimate with the configured prior (``sbm.prior_*``,
-  centred on the fleet-wide gain): with no labels the prior alone ranks segments, and it fades
-  as labels arrive. That posterior is what the targets carry as segment priorities.
-- **Measured lift against the holdout** (``GainEstimator.lift``): a randomized share of
-  requests (by request-id hash, ``workers.policy.holdout``) gets no optional work, so treated
-  minus holdout is the lift of all optional work. It is post-stratified by segment: each
-  segment's treated mean less its own holdout mean, weighted by the segment's share of the
-  treated requests, the variance the sum of the strata's (Welch within each). Segments differ
-  in what a request is worth whatever optional work it gets, and a 1% holdout's segment mix
-  wanders by chance; comparing within segments takes that noise out of the estimate and out
-  of its interval (about a quarter narrower on the shipped scenarios) and keeps it unbiased,
-  the holdout being random within every segment. Segments with fewer than ``min_labels``
-  labels on a side are pooled into one stratum (into the largest, if the pool is short too);
-  with no stratum complete the estimate is the plain difference of means.
-  The SBM share of it is the SNIPS gain of each segment times the share of treated requests
-  the powerful model served there; RMA's is the rest, its interval the two variances summed
-  (conservative), and ``rma_per_extra`` that divided by the mean extra candidates sent.
+SNIPS, per segment s and arm a, over the rounds i of s that took a (self-normalised inverse
+propensity scoring: obp's ``SelfNormalizedInverseProbabilityWeighting``, Swaminathan and
+Joachims 2015; the stabilised IPW of the causal-inference texts)::
 
-A segment arm's sums past ``max_effective_n`` rounds are scaled down (a moving window), so
-the gains follow drift; the lift's sums (treated, holdout, their strata, the powerful share)
-are kept whole, since the controller's state began, so that both sides of the comparison
-cover the same requests. No clock, no randomness, no I/O: the same joined decisions give
-the same estimates.
+    mu_a   = sum_i w_i y_i / sum_i w_i
+    Var    = sum_i w_i^2 (y_i - mu_a)^2 / (sum_i w_i)^2 * n/(n-1)       (delta method)
+    gain_s = mu_powerful - mu_baseline
+
+Regression adjustment for the arms' unequal extras (ANCOVA, Lin 2013; `adjusted_gain`), with
+xbar_a = sum w x / sum w per arm and sums pooled within the arms::
+
+    Sxx = sum_a sum_i w_i (x_i - xbar_a)^2      Sxy = sum_a sum_i w_i (x_i - xbar_a) y_i
+    beta = max(0, Sxy / Sxx)
+    gain_s = (mu_powerful - mu_baseline) - beta (xbar_powerful - xbar_baseline)
+    Var   += (xbar_powerful - xbar_baseline)^2 (Syy - beta Sxy) / (n_eff Sxx)
+
+with n_eff = sum_a (sum w)^2 / sum w^2 (Kish). Each arm's variance in the gain is shrunk
+toward the prior noise sigma^2 = ``sbm.prior_obs_std``^2 worth m = ``sbm.prior_obs_weight``
+rounds (`Moments.shrunk_var_of_mean`)::
+
+    s^2 = sum w^2 (y - mu)^2 / sum w^2       Var(mu) = (n_eff s^2 + m sigma^2) / (n_eff + m) / n_eff
+
+Segment priority (`GainEstimator.priority`), a normal posterior: prior mean g0 (the fleet-wide
+adjusted gain), prior variance v0 = 2 ``sbm.prior_std``^2, data g with variance v::
+
+    mean = (g0/v0 + g/v) / (1/v0 + 1/v)      var = 1 / (1/v0 + 1/v)
+
+Post-stratified lift against the holdout (`GainEstimator.lift`), unit weights, strata k the
+segments with at least ``min_labels`` labels on both sides (the short ones pooled into one,
+or into the largest when that is short too), T treated and H holdout::
+
+    lift = sum_k (n_Tk / n_T) (ybar_Tk - ybar_Hk)
+    Var  = sum_k (n_Tk / n_T)^2 (s_Tk^2 / n_Tk + s_Hk^2 / n_Hk)         (Welch within each)
+    sbm  = sum_s (n_powerful,s / n_T) gain_s,   Var = sum_s (n_powerful,s / n_T)^2 Var(gain_s)
+    rma  = lift - sbm,   Var = Var(lift) + Var(sbm)   (conservative);   rma_per_extra = rma / xbar
+
+with n_powerful,s the treated rounds the powerful model served in s, and xbar the mean extra
+candidates sent with a treated request. With no stratum complete the lift is the plain
+difference of means, ybar_T - ybar_H, its variance s_T^2/n_T + s_H^2/n_H.
+
+Drift scaling: an arm's sums keep at most n_max = ``sbm.max_effective_n`` rounds. Before
+round n + 1 > n_max is added, every sum S (n, sum w, sum w y, ...) is scaled::
+
+    S <- S (n_max - 1) / n        then the new round's terms are added, so n = n_max
+
+which at n = n_max weighs a round k rounds old by (1 - 1/n_max)^k: an exponential window of
+mean length n_max, so the gains follow drift. The lift's sums (treated, holdout, their
+strata, the powerful share) are kept whole, since the controller's state began, so that both
+sides of the comparison cover the same requests.
+
+Why these. obp and Vowpal Wabbit's ``--cb`` evaluators estimate from the whole logged sample
+(obp bootstraps its intervals over it); the control plane sees an unbounded stream, so here
+the sufficient statistics are kept and the interval is the normal approximation. The prior
+(``sbm.prior_*``, centred on the fleet-wide gain) ranks segments alone while there are no
+labels and fades as labels arrive; that posterior is what the targets carry as segment
+priorities. Segments differ in what a request is worth whatever optional work it gets, and a
+1% holdout's segment mix wanders by chance; comparing within segments takes that noise out of
+the lift and out of its interval (about a quarter narrower on the shipped scenarios) and keeps
+it unbiased, the holdout being random within every segment (by request-id hash,
+``workers.policy.holdout``). No clock, no randomness, no I/O: the same joined decisions give
+the same estimates. ``tests/unit/control/test_offpolicy.py`` checks each formula against a
+direct numpy implementation, and SNIPS against obp's on one logged sample.
 """
 
 from __future__ import annotations
@@ -59,9 +92,14 @@ _BOUND = 1e6
 
 class Moments(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True,
               array_like=True):
-    """Importance-weighted sums of one arm: rounds, Σw, Σw², Σwy, Σw²y, Σw²y², and of the
-    round's covariate x (its extra candidates, as ``log1p``): Σwx, Σwx², Σwxy, Σwy².
-    The x sums came later; a snapshot without them reads as zeros (no covariate seen)."""
+    """Importance-weighted sums of one arm, w = 1/propensity, x = log1p(extras)::
+
+        n, Σw, Σw², Σwy, Σw²y, Σw²y²       (SNIPS mean and its delta-method variance)
+        Σwx, Σwx², Σwxy, Σwy²               (the regression adjustment)
+
+    ``mean`` = Σwy/Σw, ``mean_x`` = Σwx/Σw, ``sxx`` = Σw(x - mean_x)², ``sxy`` =
+    Σw(x - mean_x)y, ``syy`` = Σw(y - mean)². The x sums came later; a snapshot without them
+    reads as zeros (no covariate seen)."""
 
     n: float = 0.0
     w: float = 0.0
@@ -76,6 +114,14 @@ class Moments(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=T
 
     def add(self, y: float, weight: float = 1.0, max_n: float = math.inf,
             x: float = 0.0) -> Moments:
+        """The sums with one more round; past ``max_n`` rounds every sum is first scaled by
+        (max_n - 1)/n (drift scaling, see the module docstring).
+
+        :param y: the round's value.
+        :param weight: its importance weight, 1/propensity (1 for the lift's sums).
+        :param max_n: the most rounds the sums keep.
+        :param x: its covariate, log1p of its extra candidates.
+        """
         sums = msgspec.structs.astuple(self)
         if self.n + 1.0 > max_n:
             f = (max_n - 1.0) / self.n
@@ -110,8 +156,12 @@ class Moments(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=T
 
     @property
     def var_of_mean(self) -> float:
-        """Delta-method variance of the self-normalised mean: Σ w²(y-μ)² / (Σw)²; for unit
-        weights the population variance over n (times n/(n-1), Bessel)."""
+        """Delta-method variance of the self-normalised mean::
+
+            Var(μ) = Σw²(y - μ)² / (Σw)² · n/(n - 1)
+
+        (for unit weights, the sample variance over n). Σw²(y - μ)² is expanded as
+        Σw²y² - 2μΣw²y + μ²Σw², so the sums need no second pass."""
         if self.w <= 0 or self.n < 2:
             return math.inf
         mu = self.mean
@@ -119,9 +169,17 @@ class Moments(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=T
         return s / (self.w * self.w) * self.n / (self.n - 1.0)
 
     def shrunk_var_of_mean(self, prior_var: float, prior_weight: float) -> float:
-        """Variance of the mean with the per-round noise shrunk toward ``prior_var`` (worth
-        ``prior_weight`` rounds), over Kish's effective sample size ``(Σw)² / Σw²``: a
-        handful of equal values does not make a certain estimate."""
+        """Variance of the mean with the per-round noise shrunk toward a prior::
+
+            n_eff = (Σw)² / Σw²                      (Kish's effective sample size)
+            s²    = Σw²(y - μ)² / Σw²
+            Var   = (n_eff s² + m σ²) / (n_eff + m) / n_eff
+
+        so a handful of equal values does not make a certain estimate.
+
+        :param prior_var: σ², the per-round noise assumed before any label.
+        :param prior_weight: m, how many rounds that assumption is worth.
+        """
         if self.w <= 0 or self.w2 <= 0:
             return math.inf
         n_eff = self.w * self.w / self.w2
@@ -239,9 +297,13 @@ class GainEstimator:
     # -- per-segment gains -----------------------------------------------------------------
 
     def gain(self, segment: str) -> Estimate:
-        """The data's SNIPS gain of one segment at equal extras (`adjusted_gain`; no prior on
-        the gain, each arm's noise shrunk toward ``sbm.prior_obs_std``); empty until both
-        arms have a label."""
+        """The data's SNIPS gain of one segment at equal extras::
+
+            gain = (mu_powerful - mu_baseline) - beta (xbar_powerful - xbar_baseline)
+            Var  = Var_shrunk(mu_powerful) + Var_shrunk(mu_baseline) + Var(adjustment)
+
+        (`adjusted_gain`, `Moments.shrunk_var_of_mean`; no prior on the gain itself); empty
+        until both arms have a label."""
         arms = self._segments.get(segment)
         if arms is None or arms.baseline.n < 1 or arms.powerful.n < 1:
             return Estimate()
@@ -265,8 +327,17 @@ class GainEstimator:
         return adjusted_gain(base, powerful)[0]
 
     def priority(self, segment: str, fleet_gain: float | None = None) -> SegmentPriority:
-        """Posterior of a segment's gain: the prior (centred on the fleet-wide gain, std
-        ``sbm.prior_std`` per arm) updated by the SNIPS estimate, precision-weighted."""
+        """Posterior of a segment's gain, precision-weighted::
+
+            v0 = 2 sbm.prior_std²        (prior variance: prior_std per arm)
+            mean = (g0/v0 + g/v) / (1/v0 + 1/v),   var = 1 / (1/v0 + 1/v)
+
+        with g, v the SNIPS `gain` and its variance (the prior alone while it is empty).
+
+        :param segment: the segment.
+        :param fleet_gain: g0, the prior's centre (default: the adjusted gain of all
+            segments' arms merged, 0 below ``min_labels`` a side).
+        """
         prior_mean = self._fleet_gain() if fleet_gain is None else fleet_gain
         prior_var = 2.0 * self.sbm.prior_std ** 2
         arms = self._segments.get(segment, Arms())
@@ -295,8 +366,14 @@ class GainEstimator:
     # -- lift against the holdout ----------------------------------------------------------
 
     def lift(self) -> dict[str, Estimate]:
-        """Measured lift per treated request: ``all`` optional work, ``sbm``, ``rma`` and
-        ``rma_per_extra`` (value of one extra candidate)."""
+        """Measured lift per treated request (formulas in the module docstring)::
+
+            all = post-stratified treated - holdout          (`_all_lift`)
+            sbm = Σ_s (n_powerful,s / n_T) gain_s
+            rma = all - sbm,   rma_per_extra = rma / mean extras sent
+
+        Each needs ``min_labels`` treated rounds (and holdout ones for ``all`` and ``rma``);
+        a segment counts toward ``sbm`` with ``min_labels`` on both of its arms."""
         t, h, z = self._treated, self._holdout, self._z
         k = self.labels.min_labels
         out = {"all": Estimate(), "sbm": Estimate(), "rma": Estimate(),
@@ -325,8 +402,12 @@ class GainEstimator:
         return out
 
     def _all_lift(self) -> tuple[float, float]:
-        """Treated minus holdout, post-stratified by segment (see the module docstring):
-        ``(mean, variance)``. The plain difference of means when no stratum has
+        """Treated minus holdout, post-stratified by segment: ``(mean, variance)``::
+
+            mean = Σ_k (n_Tk / n_T)(ybar_Tk - ybar_Hk)
+            var  = Σ_k (n_Tk / n_T)² (Var(ybar_Tk) + Var(ybar_Hk))
+
+        The plain difference of means when no stratum has
         ``min_labels`` on both sides, or when the strata do not hold every outcome the totals
         do (a snapshot from before they were kept)."""
         t, h = self._treated, self._holdout
@@ -368,7 +449,13 @@ class GainEstimator:
 
 
 def adjusted_gain(baseline: Moments, powerful: Moments) -> tuple[float, float]:
-    """Powerful minus baseline at equal extra candidates, and the variance the adjustment adds.
+    """Powerful minus baseline at equal extra candidates, and the variance the adjustment adds::
+
+        beta = max(0, Sxy / Sxx)          Sxx, Sxy, Syy pooled within the arms (`Moments`)
+        gain = (mu_p - mu_b) - beta (xbar_p - xbar_b)
+        var  = (xbar_p - xbar_b)² (Syy - beta Sxy) / (n_eff Sxx),   n_eff = Σ_arms (Σw)²/Σw²
+
+    (the raw difference and no added variance when Sxx is 0: no spread in x.)
 
     The arms do not get the same extras: a powerful request's are capped by its pool's
     allowance and the SBM target, a baseline one's by the RMA budget, and an extra candidate
@@ -376,10 +463,8 @@ def adjusted_gain(baseline: Moments, powerful: Moments) -> tuple[float, float]:
     extras' value (it read -0.05 for segments truly worth +0.02 and +0.05 in the demo). So
     this is the regression adjustment of experiments (ANCOVA; Lin 2013): value = arm + β·x,
     x = log1p(extras) (the concave curve `workers.policy.admission.marginal_extra_value`
-    assumes), β pooled within the arms; the gain is the arm difference less β times their
-    difference in mean x. β is kept ≥ 0: more candidates never lower the best score, and a
-    negative slope is noise. Its variance, residual over (Kish size times Σw(x-x̄)²), times the
-    squared x difference, is what the adjustment adds to the gain's."""
+    assumes), β pooled within the arms. β is kept ≥ 0: more candidates never lower the best
+    score, and a negative slope is noise."""
     raw = powerful.mean - baseline.mean
     sxx = baseline.sxx + powerful.sxx
     if sxx <= 1e-9:
