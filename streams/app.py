@@ -65,6 +65,7 @@ def create_app(kafka: KafkaSettings | None = None, settings: ControlPlaneSetting
         # a bare `faust -A streams.app worker` that creates them gets one replica unless told.
         topic_replication_factor=settings.replication_factor or 1,
         topic_disable_leader=True,
+        topic_allow_declare=settings.declare_topics,
         web_enabled=False,
         datadir=str(settings.data_dir),
         consumer_auto_offset_reset="earliest",

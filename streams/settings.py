@@ -41,6 +41,12 @@ class ControlPlaneSettings(BaseSettings):
     #: leave the group, so its scopes wait the session timeout before another takes them.
     instance_id: str | None = Field(default=None, min_length=1, max_length=249,
                                     pattern=r"^[A-Za-z0-9._-]+$")
+    #: Whether Faust declares (creates when missing) each topic it reads as it subscribes. It
+    #: asks the cluster's controller broker, and a start while that broker is down crashed
+    #: Faust's conductor (NodeNotReadyError) and left a process that never ticked (`surplus
+    #: chaos`: a control plane restarted during a broker kill published nothing for 35 s).
+    #: `surplus control-plane` turns it off once it has found every topic there.
+    declare_topics: bool = True
     #: Shared HMAC key: when set, every ControlTargets published is signed with it and every
     #: capacity event, notice and override read must verify against it (id ``default``).
     signing_key: SecretStr | None = None

@@ -76,9 +76,12 @@ def control_plane(
         typer.echo(describe_config(control), nl=False)
         return
     preflight(kafka, timeout_s=15.0)
-    _check_partitions(kafka, settings.partitions)
+    inputs_there = _check_partitions(kafka, settings.partitions)
     settings = settings.model_copy(update={"replication_factor": _replication(kafka, settings)})
-    _create_internal_topics(kafka, settings)
+    if _create_internal_topics(kafka, settings) and inputs_there:
+        # Every topic is there: Faust need not declare them, which asks the controller
+        # broker and crashes its conductor while that broker is down (`declare_topics`).
+        settings = settings.model_copy(update={"declare_topics": False})
     import uvloop
     from faust import Worker
 
@@ -156,7 +159,7 @@ def _replication(kafka: KafkaSettings, settings: ControlPlaneSettings) -> int:
         return 1
 
 
-def _create_internal_topics(kafka: KafkaSettings, settings: ControlPlaneSettings) -> None:
+def _create_internal_topics(kafka: KafkaSettings, settings: ControlPlaneSettings) -> bool:
     """Create the ticks and changelog topics before Faust starts. Faust creates them too, but
     its consumer can subscribe before the broker's metadata shows them; the consumer then
     ignores the topic until its next metadata refresh, minutes later, and the process never
@@ -175,23 +178,29 @@ def _create_internal_topics(kafka: KafkaSettings, settings: ControlPlaneSettings
         create_topics(kafka_clients.admin(kafka), wanted, timeout_s=15.0)
     except Exception as exc:  # Faust still tries itself; say why this did not
         typer.echo(f"warning: could not create the control plane's topics: {exc}", err=True)
+        return False
+    return True
 
 
-def _check_partitions(kafka: Any, partitions: int) -> None:
+def _check_partitions(kafka: Any, partitions: int) -> bool:
     """Co-partitioning is what makes one process own a scope on every topic: refuse to start
-    on input topics whose partition count is not `--partitions`; warn about missing ones."""
+    on input topics whose partition count is not `--partitions`; warn about missing ones.
+    True when every input topic is there."""
     from schemas import kafka_clients
     from streams.agents.control import INPUTS
 
     try:
         meta = kafka_clients.admin(kafka).list_topics(timeout=10)
     except Exception:
-        return  # unreachable cluster: preflight already warned
+        return False  # unreachable cluster: preflight already warned
+    complete = True
     for logical in INPUTS:
         name = kafka.topic(logical)
         topic = meta.topics.get(name)
         if topic is None or topic.error is not None:
             typer.echo(f"warning: topic {name} is missing (run `surplus topics apply`)", err=True)
+            complete = False
         elif len(topic.partitions) != partitions:
             fail(f"topic {name} has {len(topic.partitions)} partitions but --partitions is "
                  f"{partitions}: every input topic must have the same count")
+    return complete

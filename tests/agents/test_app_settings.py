@@ -22,6 +22,16 @@ def test_instance_id_makes_the_consumer_a_static_group_member(tmp_path: Path) ->
     assert dynamic.conf.broker_heartbeat_interval == 1.0
 
 
+def test_faust_declares_topics_unless_told_they_are_there(tmp_path: Path) -> None:
+    """Declaring asks the controller broker: a start while it is down crashed the conductor
+    (found by `surplus chaos`), so `surplus control-plane` turns it off once it has found
+    every topic."""
+    kafka = KafkaSettings(bootstrap="127.0.0.1:9")
+    assert create_app(kafka, ControlPlaneSettings(data_dir=tmp_path)).conf.topic_allow_declare
+    told = create_app(kafka, ControlPlaneSettings(data_dir=tmp_path, declare_topics=False))
+    assert told.conf.topic_allow_declare is False
+
+
 @pytest.mark.parametrize("bad", ["", "has space", "x" * 250])
 def test_a_bad_instance_id_is_refused_naming_the_key(bad: str) -> None:
     with pytest.raises(ValidationError, match="instance_id"):
