@@ -31,10 +31,29 @@ from schemas.contract import LimitReason, RmaTarget
 from streams.control.allocator import Allocation
 from streams.control.config import RmaConfig
 from streams.control.pid import Pid, PidState
-from streams.control.windows import MIN_UTILISATION, WindowStats
+from streams.control.windows import (
+    MIN_UTILISATION,
+    TRIM_TOLERANCE,
+    WindowStats,
+    overload_per_request,
+)
 
 #: Periods of ranking request rate the budget is divided by (their median).
 RATE_PERIODS = 5
+#: How far past what the replicas served a request on average the held target may go: room
+#: varies from replica to replica and moment to moment, and a request that finds a replica
+#: idle takes more. Measured on the capacity-tight scenarios (docs/benchmarks.md): 1.0 cut
+#: `demo_tight`'s value by 6% and `azure_steady_tight`'s by 4%; 1.5 kept both, with under a
+#: tenth of the overload shedding on `demo_tight`.
+OVERSEND = 1.5
+#: While the replicas serve what the target sends, the served cap grows by this ratio a period
+#: (and by ``max_step`` at least), until it passes the configured maximum and is lifted.
+SERVED_REGROWTH = 1.25
+#: A period whose ranking request rate is over this many times the settled rate holds the
+#: served cap: what the replicas shed for overload then is the burst's, shed by their surge
+#: rule, not a target sending more than a request can carry (`burst` lost 0.8% of its value
+#: to cuts after each burst without it).
+SURGE_RATIO = 1.5
 
 
 class RmaState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -43,6 +62,11 @@ class RmaState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     """Ranking request rates of the last periods, oldest first (see ``RmaPolicy.cap``)."""
     held: float = 0.0
     """The output a budget clamp cut, to return to once the budget allows (0: none)."""
+    served: float | None = None
+    """The most extra candidates a request was served with lately (None: no cap; see
+    ``RmaPolicy.served_cap``)."""
+    issued: int = 0
+    """The extra candidates of the last target issued."""
 
 
 class CandidateSupply:
@@ -132,6 +156,8 @@ class RmaPolicy:
         self.pid = Pid(config.pid(), state.pid)
         self._rates = list(state.rates[-RATE_PERIODS:])
         self._held = state.held
+        self._served = state.served
+        self._issued = state.issued
         self.last_p99_ms: float | None = None
         #: Requests/s the last cap spread the budget over (see ``cap``).
         self.spread_rate = 0.0
@@ -188,12 +214,16 @@ class RmaPolicy:
         high = self.cap(budget, rate, supply)
         if ceiling is not None:
             high = min(high, ceiling)
+        self._hold(high)
+        surging = rate > SURGE_RATIO * self.settled_rate(rate)
+        served = self.served_cap(None if surging else overload_per_request(stats, "baseline"))
+        if served is not None and served < high:
+            high = served
         p99 = worst_p99(stats, "baseline")
         if p99 is not None:  # a period too thin to judge moves no state, this one included
             self._rates = [*self._rates, rate][-RATE_PERIODS:]
         self.last_p99_ms = p99
         budget_high = high
-        self._hold(high)
         stepped = False
         if p99 is None:
             few = [w.p99_ms for w in stats if w.model == "baseline" and w.samples > 0]
@@ -214,10 +244,29 @@ class RmaPolicy:
             self._slow_start(p99, before, high)
             self._restore(high)
         target = self._target(budget, high)
+        self._issued = target.extra_candidates
         self.limited_by = self._limit(target.extra_candidates, budget_high,
                                       self.config.setpoint_ms if stepped else p99, ceiling,
-                                      supply)
+                                      supply, served)
         return msgspec.structs.replace(target, limited_by=self.limited_by)
+
+    def served_cap(self, trimmed: float | None) -> float | None:
+        """The most extra candidates the ranking replicas serve a request, from what they shed
+        for overload per request (``trimmed``) under the last target. A replica admits a
+        request's extras only as far as they drain within its queue bound and trims the rest,
+        which keeps its latency, and so the PID's, under the SLA while the target runs far
+        past what the lent capacity serves. Where they trimmed more than ``TRIM_TOLERANCE``
+        of what the target sent, the cap falls to ``OVERSEND`` times what they kept; while they
+        keep the rest it grows by ``SERVED_REGROWTH`` a period, probing for room, and is
+        lifted past the configured maximum. The cap is a measured capacity, not the latency
+        loop's verdict, so it is never held for a return (as a budget clamp is)."""
+        issued, cap = self._issued, self._served
+        if trimmed is not None and issued > 0 and trimmed > TRIM_TOLERANCE * issued:
+            self._served = max(0.0, issued - trimmed) * OVERSEND
+        elif cap is not None and (trimmed is not None or issued == 0):
+            grown = max(cap * SERVED_REGROWTH, cap + (self.config.max_step or 1.0))
+            self._served = None if grown >= self.config.max_extra_candidates else grown
+        return self._served
 
     def _hold(self, high: float) -> None:
         """The budget is about to cut the output: remember where the latency loop had it."""
@@ -248,11 +297,14 @@ class RmaPolicy:
             self.pid.move_to(wanted)
 
     def _limit(self, extra: int, budget_high: float, p99: float | None,
-               ceiling: float | None, supply: int | None) -> LimitReason:
+               ceiling: float | None, supply: int | None,
+               served: float | None = None) -> LimitReason:
         """Why ``extra`` is not higher: the first bound it sits at, else the SLA loop."""
         cfg = self.config
         if supply is not None and extra >= supply:
             return "demand"                   # every candidate the callers offer is scored
+        if served is not None and extra >= math.floor(served + 1e-9):
+            return "capacity"                 # what the replicas serve a request
         if extra >= cfg.max_extra_candidates:
             return "max"
         if budget_high <= 0.0:
@@ -270,7 +322,9 @@ class RmaPolicy:
         self._hold(high)
         self.pid.limit(high)
         self.limited_by = "preemption"
-        return msgspec.structs.replace(self._target(budget, high), limited_by="preemption")
+        target = self._target(budget, high)
+        self._issued = target.extra_candidates
+        return msgspec.structs.replace(target, limited_by="preemption")
 
     def _target(self, budget: float, high: float) -> RmaTarget:
         extra = min(math.floor(self.pid.output + 1e-9), math.floor(high + 1e-9))
@@ -278,4 +332,5 @@ class RmaPolicy:
 
     @property
     def state(self) -> RmaState:
-        return RmaState(pid=self.pid.state, rates=list(self._rates), held=self._held)
+        return RmaState(pid=self.pid.state, rates=list(self._rates), held=self._held,
+                        served=self._served, issued=self._issued)

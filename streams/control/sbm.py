@@ -32,7 +32,12 @@ import msgspec
 
 from schemas.contract import LimitReason, RoutingOutcome, SbmTarget, SegmentPriority
 from streams.control.config import SbmConfig
-from streams.control.windows import MIN_UTILISATION, WindowStats
+from streams.control.windows import (
+    MIN_UTILISATION,
+    TRIM_TOLERANCE,
+    WindowStats,
+    overload_per_request,
+)
 
 _GAIN_BOUND = 1e6
 #: Under the SLA, the cap on the extras of powerful requests grows by this ratio a period
@@ -137,7 +142,8 @@ class SbmPolicy:
             self._held = 0.0
         else:
             wanted, why = self.coverage + self._increase(max(judged)), "sla"
-            self._regrow_extra(rma_extra, powerful_room(stats, cfg.headroom))
+            self._regrow_extra(rma_extra, powerful_room(stats, cfg.headroom),
+                               overload_per_request(stats, "powerful", "opportunistic"))
         if ceiling is not None:
             cap, why = min(cap, ceiling), "hold"
         if self._held > wanted and why == "sla":
@@ -172,7 +178,8 @@ class SbmPolicy:
             return self.coverage
         return self.coverage * trim
 
-    def _regrow_extra(self, rma_extra: int, room: tuple[float, float] | None = None) -> None:
+    def _regrow_extra(self, rma_extra: int, room: tuple[float, float] | None = None,
+                      trimmed: float | None = None) -> None:
         """Under the SLA: the powerful requests' extras take the room coverage leaves on the
         powerful replicas, and no more. With the replicas' measured room (``powerful_room``:
         spare units/s up to the headroom, negative past it, and their requests/s) each request
@@ -180,9 +187,18 @@ class SbmPolicy:
         are too idle to measure, the cap grows by ``EXTRA_REGROWTH`` a period. It is lifted at
         RMA's target. Sized by RMA's target alone, as before, a covered request carried extras
         the replica could not fit: the end-to-end p99 on `preemption_storm_tight` was 263-273
-        ms, 257 ms with the room (the powerful SLA is 250 ms)."""
+        ms, 257 ms with the room (the powerful SLA is 250 ms).
+
+        Room in units/s is not room in one request: a replica admits a request's extras only
+        as far as they drain within its queue bound, behind the base rows of the requests
+        queued for their longer deadline. Where it trimmed more than ``TRIM_TOLERANCE`` of
+        what the requests carried (``trimmed``: overload sheds per request), the cap falls to
+        what it kept, whatever the room says."""
         cap = self.extra_cap
         current = rma_extra if cap is None else min(cap, rma_extra)
+        if trimmed is not None and current > 0 and trimmed > TRIM_TOLERANCE * current:
+            self.extra_cap = max(0, math.floor(current - trimmed))
+            return
         if room is not None:
             spare, rps = room
             grown = max(0, math.floor(current + ROOM_SHARE * spare / rps))

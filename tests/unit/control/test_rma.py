@@ -264,3 +264,51 @@ def test_the_supply_is_the_largest_offer_of_the_last_periods_and_unknown_until_o
     supply.observe(8)
     supply.close_period()
     assert supply.most == 8                               # the 256 is two periods old
+
+
+def at_200(state: RmaState) -> RmaPolicy:
+    """A policy whose last target sent 200 extras a request (the configured maximum)."""
+    policy = RmaPolicy(CONFIG, state)
+    policy.pid.move_to(200.0)
+    return policy
+
+
+def trimmed(p99_ms: float, shed_per_request: float, *, rate: float = 100.0) -> WindowStats:
+    return msgspec.structs.replace(stats(p99_ms, rate=rate),
+                                   overload_shed_rate=shed_per_request * rate)
+
+
+def test_a_target_the_replicas_trim_is_held_near_what_they_served_limited_by_capacity() -> None:
+    policy = at_200(RmaState(issued=200))
+    # every request carried 200 extras and the replicas shed 160 of them to fit their bound:
+    # the latency is fine (trimming keeps it so), but the target runs far past the capacity
+    target = policy.step([trimmed(40.0, 160.0)], BIG_BUDGET, 10.0)
+    assert target.extra_candidates == math.floor(40 * 1.5)
+    assert target.limited_by == "capacity"
+    # once they serve what it sends, the cap grows again, by a ratio a period
+    grown = [policy.step([trimmed(40.0, 0.0)], BIG_BUDGET, 10.0).extra_candidates
+             for _ in range(3)]
+    assert grown == sorted(grown) and grown[0] > 60 and grown[-1] <= 200
+
+
+def test_a_trim_within_the_tolerance_does_not_cap_the_target() -> None:
+    policy = at_200(RmaState(issued=100))
+    target = policy.step([trimmed(40.0, 10.0)], BIG_BUDGET, 10.0)
+    assert target.limited_by != "capacity"
+    assert policy.state.served is None
+
+
+def test_overload_shed_in_a_burst_period_does_not_cut_the_served_cap() -> None:
+    policy = at_200(RmaState(issued=200, rates=[100.0] * 5))
+    # the request rate tripled: the replicas' surge rule shed optional work, not a target
+    target = policy.step([trimmed(40.0, 160.0, rate=300.0)], BIG_BUDGET, 10.0)
+    assert target.limited_by != "capacity"
+    assert policy.state.served is None
+
+
+def test_the_served_cap_survives_a_restart() -> None:
+    policy = at_200(RmaState(issued=200))
+    policy.step([trimmed(40.0, 160.0)], BIG_BUDGET, 10.0)
+    state = msgspec.json.decode(msgspec.json.encode(policy.state), type=RmaState)
+    assert state.served == pytest.approx(60.0)
+    assert state.issued == 60

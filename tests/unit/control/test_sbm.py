@@ -272,3 +272,17 @@ def test_coverage_of_every_request_is_limited_by_demand_a_lower_maximum_by_max()
     half = SbmPolicy(CONFIG, SbmState(coverage=0.5))
     half.step([powerful(10_000.0)], 1000.0, 100.0, 25.0)
     assert (half.coverage, half.limited_by) == (0.5, "max")
+
+
+def test_extras_the_powerful_replicas_trim_hold_the_cap_to_what_they_kept() -> None:
+    # 10 requests/s carried 40 extras each; the replicas shed 300 units/s for overload (30 a
+    # request): the room in units/s says more, but one request's queue bound fits 10
+    trimming = msgspec.structs.replace(powerful(10_000.0, p99_ms=150.0), units_rate=300.0,
+                                       utilisation=0.4, overload_shed_rate=300.0)
+    policy = SbmPolicy(CONFIG, SbmState(coverage=0.5))
+    policy.step([trimming], 1000.0, 100.0, 25.0, rma_extra=40)
+    assert policy.extra_cap == 10
+    # a trim within the tolerance leaves the room rule in charge again
+    slight = msgspec.structs.replace(trimming, overload_shed_rate=1.0)
+    policy.step([slight], 1000.0, 100.0, 25.0, rma_extra=40)
+    assert policy.extra_cap is not None and policy.extra_cap > 10

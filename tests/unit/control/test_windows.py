@@ -4,7 +4,13 @@ import msgspec
 import pytest
 
 from schemas.sketch import SketchMismatch
-from streams.control.windows import LatencyWindow, TooManyPools, WindowSet, WindowStats
+from streams.control.windows import (
+    LatencyWindow,
+    TooManyPools,
+    WindowSet,
+    WindowStats,
+    overload_per_request,
+)
 from tests.unit.control.factories import POWERFUL_POOL, RANK_POOL, report, sketch
 
 
@@ -25,6 +31,9 @@ def test_merges_quantiles_and_sums_rates_over_report_span() -> None:
     assert stats.request_rate == pytest.approx(200.0)
     assert stats.optional_done_rate == pytest.approx(100.0)
     assert stats.shed_rate == pytest.approx(10.0)
+    assert stats.overload_shed_rate == pytest.approx(6.0)
+    assert overload_per_request([stats], "baseline") == pytest.approx(6.0 / 200.0)
+    assert overload_per_request([stats], "powerful") is None
     assert stats.utilisation == pytest.approx(0.6)
     assert stats.capacity_rps == pytest.approx(300.0)   # per worker latest, summed
     assert stats.enough_samples
