@@ -19,6 +19,9 @@ and the faults in force then, so that ``surplus chaos --seed N`` replays it.
   (invariant 2).
 - ``targets_epoch``: targets applied by the client, and held by each worker, never went to an
   older epoch (a duplicate or a reordered, replayed target applied).
+- ``targets_flow``: the client never went longer than ``max_targets_gap_s`` without a new
+  target, from the first to the end of the run: every fault heals, and the control plane
+  comes back from each (a process that is up but never ticks is a crash too).
 - ``notices_kept``: every notice the broker acknowledged is on the preemption topic at the
   end (acks=all on a three-node cluster: no acknowledged write is lost).
 - ``labels_counted``: every label delivered is counted by the control plane's join, under
@@ -172,6 +175,20 @@ def targets_epoch(history: History) -> list[Violation]:
     return out
 
 
+def targets_flow(history: History) -> list[Violation]:
+    run = history.run
+    applied = sorted(o.t for o in history.offers if o.accepted)
+    if not applied:
+        return [_violation(history, "targets_flow", 0.0, run.duration_s,
+                           "the client applied no target at all")]
+    out = []
+    for a, b in zip(applied, [*applied[1:], run.duration_s], strict=True):
+        if b - a > run.max_targets_gap_s:
+            out.append(_violation(history, "targets_flow", a, b,
+                                  f"no new target for {b - a:.1f} s"))
+    return out
+
+
 def notices_kept(history: History) -> list[Violation]:
     on_topic = history.read_back.get("preemption")
     acked = [n for n in history.notices if n.acked]
@@ -254,7 +271,7 @@ def forged_refused(history: History) -> list[Violation]:
 INVARIANTS: dict[str, Callable[[History], list[Violation]]] = {
     "baseline_served": baseline_served, "sla": sla, "reclaim": reclaim,
     "targets_ttl": targets_ttl, "targets_epoch": targets_epoch,
-    "notices_kept": notices_kept, "labels_counted": labels_counted,
+    "targets_flow": targets_flow, "notices_kept": notices_kept, "labels_counted": labels_counted,
     "forged_refused": forged_refused}
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 import msgspec
 
 
-class RunInfo(msgspec.Struct, frozen=True, tag="run"):
+class RunInfo(msgspec.Struct, frozen=True, kw_only=True, tag="run"):
     """The run: seed and length, and the limits the checker holds it to."""
 
     seed: int
@@ -26,6 +26,9 @@ class RunInfo(msgspec.Struct, frozen=True, tag="run"):
     #: receiver reads age through its estimated offset to the control plane (the least lag
     #: of recent targets), which a true clock on both sides keeps to transit time.
     ttl_slack_ms: int
+    #: The longest the client may go without a new target, faults and all (a failover and a
+    #: control plane's restart take seconds; a control plane that never ticks, for ever).
+    max_targets_gap_s: float = 60.0
     #: Seconds after a fault on the baseline path ends during which SLA windows still count
     #: as faulted (the replica's restart and the client's retries settling).
     settle_s: float

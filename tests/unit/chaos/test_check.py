@@ -27,7 +27,8 @@ from surplus.chaos.history import (
 )
 
 RUN = RunInfo(seed=7, duration_s=60.0, sla_p99_ms=100.0, window_s=10.0, ttl_ms=6000,
-              max_clock_skew_ms=5000, ttl_slack_ms=1000, settle_s=2.0)
+              max_clock_skew_ms=5000, ttl_slack_ms=1000, settle_s=2.0,
+              max_targets_gap_s=45.0)
 POOL = "eu1/rank/powerful/a100/opportunistic"
 
 
@@ -45,8 +46,13 @@ def _load(seconds: float = 60.0, rate: float = 10.0) -> list[Any]:
     return [_req(i / rate, i) for i in range(int(seconds * rate))]
 
 
+def _offer(t: float, epoch: int, accepted: bool = True) -> TargetOffer:
+    return TargetOffer(t=t, wall_ms=0, epoch=epoch, issued_at_ms=0, ttl_ms=6000,
+                       accepted=accepted, reason="applied" if accepted else "older_epoch")
+
+
 def _clean() -> list[Any]:
-    return [RUN, *_load(), ReadBack("preemption", []),
+    return [RUN, *_load(), ReadBack("preemption", []), _offer(0.5, 1), _offer(30.0, 2),
             LabelTotals(sent=10, delivered=10), Estimate(1, 1, 1, {"joined": 3}),
             Estimate(2, 2, 2, {"joined": 8, "orphan": 2})]
 
@@ -83,7 +89,7 @@ def test_sla_is_judged_only_in_windows_with_no_fault_on_the_baseline_path() -> N
 
 def test_thin_windows_are_not_judged() -> None:
     records = [RUN, _req(1, 1, latency_ms=900.0), ReadBack("preemption", []),
-               LabelTotals(sent=0, delivered=0)]
+               LabelTotals(sent=0, delivered=0), _offer(0, 1), _offer(30, 2)]
     assert _violated(records) == {}
 
 
@@ -100,7 +106,7 @@ def test_powerful_work_after_the_deadline_until_the_next_grant() -> None:
     after = _req(22.0, 5001, model="powerful", routed="powerful")
     after_grant = _req(31.0, 5002, model="powerful", routed="powerful")
     base = [RUN, *_load(), ReadBack("preemption", ["n1"]),
-            LabelTotals(sent=0, delivered=0), before, after_grant,
+            LabelTotals(sent=0, delivered=0), _offer(0, 1), _offer(30, 2), before, after_grant,
             GrantRecord(t=30.0, pool=POOL, acked=True)]
     assert _violated([*base, _notice()]) == {}
     violations = check(History([*base, _notice(), after]))
@@ -122,16 +128,25 @@ def test_optional_work_on_targets_past_their_ttl() -> None:
 
 
 def test_an_older_epoch_applied_by_the_client_or_held_by_a_worker() -> None:
-    def offer(t: float, epoch: int, accepted: bool = True) -> TargetOffer:
-        return TargetOffer(t=t, wall_ms=0, epoch=epoch, issued_at_ms=0, ttl_ms=6000,
-                           accepted=accepted, reason="applied" if accepted else "older_epoch")
-
-    ok = [offer(1, 3), offer(2, 2, accepted=False), offer(3, 4),
+    base = [r for r in _clean() if not isinstance(r, TargetOffer)]
+    ok = [_offer(1, 3), _offer(2, 2, accepted=False), _offer(3, 4), _offer(40, 5),
           WorkerEpoch(1, "b1", 3), WorkerEpoch(2, "b1", 0), WorkerEpoch(3, "b1", 4)]
-    assert _violated([*_clean(), *ok]) == {}
-    assert _violated([*_clean(), offer(1, 3), offer(2, 2)]) == {"targets_epoch": 1}
+    assert _violated([*base, *ok]) == {}
+    assert _violated([*base, _offer(1, 3), _offer(2, 2), _offer(40, 4)]) == {
+        "targets_epoch": 1}
     assert _violated([*_clean(), WorkerEpoch(1, "b1", 4), WorkerEpoch(2, "b1", 3)]) == {
         "targets_epoch": 1}
+
+
+def test_targets_that_stop_flowing() -> None:
+    base = [r for r in _clean() if not isinstance(r, TargetOffer)]
+    assert _violated([*base, _offer(1, 1), _offer(44, 2)]) == {}
+    assert _violated([*base, _offer(1, 1), _offer(47, 2)]) == {"targets_flow": 1}
+    # A control plane up but never ticking: nothing new for the rest of the run.
+    violations = check(History([*base, _offer(1, 1), _offer(2, 2, accepted=False)]))
+    assert [v.invariant for v in violations] == ["targets_flow"]
+    assert (violations[0].t0, violations[0].t1) == (1.0, 60.0)
+    assert _violated(base) == {"targets_flow": 1}
 
 
 def test_an_acknowledged_notice_missing_from_the_topic() -> None:
