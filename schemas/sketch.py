@@ -4,11 +4,6 @@ Workers record each request into a `ddsketch.DDSketch`; `to_wire` trims it into 
 `LatencySketch`. The control plane merges thousands of wire sketches per second, so
 `SketchMerger` accumulates bins into a dense numpy array instead of rebuilding DDSketch objects,
 and answers quantiles with the same logarithmic mapping the library uses.
-
-A control window merges every report of a period but reads its quantiles once, at the period's
-end, so `SketchMerger.defer` queues the bins and merges them in one vectorised pass when they
-are next read: the same integer sums as `add`, with one list-to-array conversion per window
-instead of one per sketch (43-bin sketches: 1.9 µs each with `add`, 1.5 µs deferred).
 """
 
 from __future__ import annotations
@@ -22,9 +17,6 @@ from ddsketch.mapping import LogarithmicMapping
 from schemas.contract import LatencySketch
 
 DEFAULT_RELATIVE_ACCURACY = 0.02
-_INT64_MAX = 2**63 - 1
-MAX_DEFERRED = 4096
-"""Sketches `SketchMerger.defer` queues before it merges them anyway (bounds the memory held)."""
 
 
 class SketchMismatch(ValueError):
@@ -80,46 +72,15 @@ class SketchMerger:
         self._lo = self._mapping.key(min_ms)
         self._hi = self._mapping.key(max_ms)
         self._bins = np.zeros(self._hi - self._lo + 1, dtype=np.int64)
-        self._pending: list[LatencySketch] = []
         self.zero_count = 0
         self.count = 0
         self.sum = 0.0
         self.max = 0.0
 
     def add(self, wire: LatencySketch) -> None:
-        """Merge one sketch now."""
-        self._check(wire)
-        self._add_bins(wire)
-        self._add_totals(wire)
-
-    def defer(self, wire: LatencySketch) -> None:
-        """Merge one sketch, its bins at the next read (``quantile``) in one vectorised pass.
-
-        Raises what ``add`` raises, before changing anything: bins are integer sums, so the
-        merged bins, and every quantile, are exactly those of ``add`` in the same order.
-        """
-        if wire.relative_accuracy != self.relative_accuracy:
-            self._check(wire)
-        bins = wire.bins
-        if bins:
-            if max(bins) > _INT64_MAX:  # no int64 holds it: fail here, as add does
-                self._add_bins(wire)
-            else:
-                self._pending.append(wire)
-                if len(self._pending) >= MAX_DEFERRED:
-                    self._settle()
-        self.zero_count += wire.zero_count
-        self.count += wire.count
-        self.sum += wire.sum
-        if wire.max > self.max:
-            self.max = wire.max
-
-    def _check(self, wire: LatencySketch) -> None:
         if wire.relative_accuracy != self.relative_accuracy:
             raise SketchMismatch(f"cannot merge a sketch of relative_accuracy "
                                  f"{wire.relative_accuracy} into one of {self.relative_accuracy}")
-
-    def _add_bins(self, wire: LatencySketch) -> None:
         n = len(wire.bins)
         if n:
             start = wire.offset - self._lo
@@ -128,36 +89,14 @@ class SketchMerger:
             else:
                 keys = np.clip(np.arange(n) + start, 0, len(self._bins) - 1)
                 np.add.at(self._bins, keys, wire.bins)
-
-    def _add_totals(self, wire: LatencySketch) -> None:
         self.zero_count += wire.zero_count
         self.count += wire.count
         self.sum += wire.sum
         if wire.max > self.max:
             self.max = wire.max
 
-    def _settle(self) -> None:
-        """Merge the deferred sketches' bins: every count at its clamped key, in one pass."""
-        pending = self._pending
-        if not pending:
-            return
-        flat: list[int] = []
-        offsets, lengths = [], []
-        for wire in pending:
-            flat += wire.bins
-            offsets.append(wire.offset)
-            lengths.append(len(wire.bins))
-        counts = np.array(flat, dtype=np.int64)
-        sizes = np.array(lengths)
-        firsts = np.cumsum(sizes) - sizes  # where each sketch's bins start in ``counts``
-        keys = np.arange(len(flat)) + np.repeat(np.array(offsets) - self._lo - firsts, sizes)
-        np.clip(keys, 0, len(self._bins) - 1, out=keys)
-        np.add.at(self._bins, keys, counts)
-        pending.clear()
-
     def quantile(self, q: float) -> float:
         """The q-quantile in ms (NaN when empty), within the sketch's relative accuracy."""
-        self._settle()
         total = int(self._bins.sum()) + self.zero_count
         if total == 0:
             return math.nan
@@ -170,7 +109,6 @@ class SketchMerger:
         return float(min(self._mapping.value(idx + self._lo), self.max or math.inf))
 
     def reset(self) -> None:
-        self._pending.clear()
         self._bins[:] = 0
         self.zero_count = self.count = 0
         self.sum = self.max = 0.0

@@ -3,9 +3,8 @@
 Workers report every second or so; the control loop acts every ``period_s``. A window sums what
 the reports say about one pool over one period and, at ``close``, answers with ``WindowStats``:
 the merged latency quantiles and the pool's rates. ``add`` runs once per report on the hot path
-(hundreds of thousands per second in offline replay), so it only checks the report's sketch and
-holds the report; the period's reports are summed, and their sketches merged, in one batch at
-``close``, and everything derived is computed then.
+(hundreds of thousands per second in offline replay), so it does only a sketch merge and a few
+additions; everything derived is computed once, at ``close``.
 
 A window whose merged sketch holds fewer than ``min_samples`` latencies says so
 (``enough_samples=False``). Controllers hold their output on such a window: a p99 of a handful
@@ -15,9 +14,6 @@ of requests is noise, and acting on noise is how control loops oscillate.
 from __future__ import annotations
 
 import math
-import operator
-from functools import reduce
-from operator import attrgetter
 
 import msgspec
 
@@ -27,10 +23,6 @@ from schemas.sketch import DEFAULT_RELATIVE_ACCURACY, SketchMerger
 #: Utilisation under which a pool's throughput (units over busy share) is not extrapolated
 #: from its window: too noisy. RMA's provisioned headroom and SBM's room both read it.
 MIN_UTILISATION = 0.02
-
-#: Reports a window holds before it folds them into its totals (bounds the memory a period's
-#: reports take; folding a batch rather than each report is what makes ``add`` cheap).
-HELD_REPORTS = 4096
 
 
 class WindowStats(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -99,8 +91,8 @@ def overload_per_request(stats: list[WindowStats], model: str,
 class LatencyWindow:
     """Accumulates one pool's reports; ``close`` returns the stats and starts a new period."""
 
-    __slots__ = ("_capacity", "_first_start", "_held", "_last_end", "_merger", "_util",
-                 "accelerator", "baseline", "busy", "done", "min_samples", "model", "opened_ms",
+    __slots__ = ("_capacity", "_first_start", "_last_end", "_merger", "_util", "accelerator",
+                 "baseline", "busy", "done", "min_samples", "model", "opened_ms",
                  "optional_requests", "overload", "pool_id", "region", "reports", "requests",
                  "shed", "silent_periods", "tier", "units")
 
@@ -117,7 +109,6 @@ class LatencyWindow:
         self.min_samples = min_samples
         self._merger = SketchMerger(relative_accuracy)
         self._capacity: dict[str, float] = {}
-        self._held: list[WindowReport] = []
         self.silent_periods = 0
         self._clear()
 
@@ -135,48 +126,31 @@ class LatencyWindow:
         self._first_start = math.inf
         self._last_end = -math.inf
         self._capacity.clear()
-        self._held.clear()
         self._merger.reset()
 
     def add(self, report: WindowReport) -> None:
-        """Take one report. Raises ``SketchMismatch`` (before changing anything) on a sketch
-        of another relative accuracy, so the caller can dead-letter it.
-
-        The report is held, and folded into the totals with the others at ``close`` (or every
-        ``HELD_REPORTS``): the same sums in the same order as adding each report as it comes.
-        """
-        self._merger.check(report.latency_ms)
-        held = self._held
-        held.append(report)
-        if len(held) >= HELD_REPORTS:
-            self._fold()
-
-    def _fold(self) -> None:
-        """Add the held reports to the period's totals, in the order they came."""
-        held = self._held
-        if not held:
-            return
-        self._merger.add_many([r.latency_ms for r in held])
-        self.reports += len(held)
-        self.requests += sum(map(attrgetter("requests"), held))
-        self.baseline += sum(map(attrgetter("baseline_requests"), held))
-        self.done += sum(map(attrgetter("optional_units_done"), held))
-        for shed in [r.optional_units_shed for r in held if r.optional_units_shed]:
-            self.shed += sum(shed.values())
-            self.overload += shed.get("overload", 0)
-        self._util = reduce(operator.add, map(attrgetter("utilisation"), held), self._util)
-        self.busy = reduce(operator.add, map(attrgetter("busy_s"), held), self.busy)
-        self.units += sum(map(attrgetter("units_done"), held))
-        self.optional_requests += sum(map(attrgetter("optional_requests_done"), held))
-        self._capacity.update(zip(map(attrgetter("worker_id"), held),
-                                  map(attrgetter("capacity_rps"), held)))
-        self._first_start = min(self._first_start, min(map(attrgetter("window_start_ms"), held)))
-        self._last_end = max(self._last_end, max(map(attrgetter("window_end_ms"), held)))
-        held.clear()
+        """Merge one report. Raises ``SketchMismatch`` (before changing anything) on a sketch
+        of another relative accuracy, so the caller can dead-letter it."""
+        self._merger.add(report.latency_ms)
+        self.reports += 1
+        self.requests += report.requests
+        self.baseline += report.baseline_requests
+        self.done += report.optional_units_done
+        if report.optional_units_shed:
+            self.shed += sum(report.optional_units_shed.values())
+            self.overload += report.optional_units_shed.get("overload", 0)
+        self._util += report.utilisation
+        self.busy += report.busy_s
+        self.units += report.units_done
+        self.optional_requests += report.optional_requests_done
+        self._capacity[report.worker_id] = report.capacity_rps
+        if report.window_start_ms < self._first_start:
+            self._first_start = report.window_start_ms
+        if report.window_end_ms > self._last_end:
+            self._last_end = report.window_end_ms
 
     def close(self, now_ms: int) -> WindowStats:
         """The period's stats; the window is empty again afterwards, its period opened now."""
-        self._fold()
         start_ms = self.opened_ms
         if start_ms is None:
             start_ms = int(self._first_start) if self.reports else now_ms
