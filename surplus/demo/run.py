@@ -35,8 +35,6 @@ import signal
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict
 from functools import partial
@@ -50,10 +48,10 @@ from sim import schedule
 from sim.scenario import ScenarioError
 from surplus import localkafka
 from surplus.demo import broker, report, runinfo
+from surplus.demo.children import Children, ready
 from surplus.demo.monitor import Monitor, progress_line
 from surplus.demo.options import (
     APP_ID,
-    BACKGROUND,
     DEFAULT_PREFIX,
     LEAD_S,
     DemoError,
@@ -81,7 +79,9 @@ class Demo:
         self.out = options.out
         self.stop = threading.Event()
         self.hurry = threading.Event()
-        self.children: dict[str, Child] = {}
+        #: The run's processes by name.
+        self.children = Children(self.out / "logs", say, lambda: self.book.offline,
+                                 options.background_nice)
         self.broker_dir: Path | None = None
         self.state = Path(tempfile.mkdtemp(prefix="surplus-demo-"))
         self.monitor: Monitor | None = None
@@ -93,7 +93,7 @@ class Demo:
         #: The opportunistic replicas' lives and CPU slices.
         self.book = ReplicaBook(
             options, self.out, self.children, say,
-            ready=lambda worker_id, t: self._ready(self.ports.workers[worker_id], t),
+            ready=lambda worker_id, t: ready(self.ports.workers[worker_id], t),
             scrape=self._scrape)
 
     # -- the run -------------------------------------------------------------------------
@@ -183,20 +183,14 @@ class Demo:
 
     # -- processes -------------------------------------------------------------------------
 
-    def _start(self, name: str, args: list[str], program: list[str] | None = None) -> Child:
-        nice = self.opt.background_nice if name in BACKGROUND else 0
-        child = Child(name, args, self.out / "logs", program=program, nice=nice).start()
-        self.children[name] = child
-        return child
-
     def _start_recorder(self) -> None:
         since = wall_ms() - 1000
-        self._start("recorder", ["record", "--out", str(self.out / report.EVENT_LOG),
+        self.children.launch("recorder", ["record", "--out", str(self.out / report.EVENT_LOG),
                                  "--from", f"time:{since}", "--quiet", *self._kafka_args()])
 
     def _start_control_plane(self) -> None:
         assert self.kafka is not None
-        self._start("control-plane", [
+        self.children.launch("control-plane", [
             "control-plane", *self._kafka_args(), "--config", str(self.out / "control.toml"),
             "--app-id", APP_ID, "--partitions", str(SCOPE_PARTITIONS),
             "--metrics-port", str(self.ports.control), "--data-dir", str(self.state / "control"),
@@ -237,7 +231,7 @@ class Demo:
                  f"{len(managed)} opportunistic replica(s) start when their capacity is lent")
         for worker_id in now:
             self._wait_ready(worker_id, self.ports.workers[worker_id], 180.0)
-        self._check_alive()
+        self.children.check_alive()
         for note in niceness_shortfalls(self.children, self.replicas, now,
                                         self.opt.provisioned_nice):
             self.say(note)
@@ -246,53 +240,31 @@ class Demo:
     def _wait_ready(self, name: str, port: int, timeout_s: float) -> None:
         """Wait for a child's ``/readyz`` (a worker: model warm, Kafka read; the control plane:
         partitions assigned, state read back, ticking); fail with its log's tail."""
-        ok = wait_until(partial(self._ready, port), timeout_s, 0.5, stop=self._stopping)
+        ok = wait_until(partial(ready, port), timeout_s, 0.5, stop=self._stopping)
         self._check()
-        self._check_alive()
+        self.children.check_alive()
         if not ok:
             raise DemoError(f"{name} not ready within {timeout_s:.0f}s:\n"
                             f"{self.children[name].tail()}")
         if name == "control-plane":
             self.say("control plane: ready")
 
-    def _dead(self) -> list[str]:
-        """Children that should be running and are not (the scheduler and the load generator
-        may end on their own, status 0, when their timeline is over, a moment before ours)."""
-        dead = []
-        for name, child in list(self.children.items()):
-            if child.popen is None or name in self.book.offline or name == "prometheus":
-                continue
-            if child.alive():
-                continue
-            if child.popen.poll() == 0 and name in ("scheduler", "loadgen"):
-                continue
-            dead.append(name)
-        return dead
-
     def _stopping(self) -> bool:
-        return self.stop.is_set() or bool(self._dead())
-
-    def _ready(self, port: int, timeout_s: float = 2.0) -> bool:
-        url = f"http://127.0.0.1:{port}/readyz"
-        try:
-            with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-                return bool(resp.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
+        return self.stop.is_set() or bool(self.children.dead())
 
     def _start_load(self) -> None:
         self.start_ms = wall_ms() + int(LEAD_S * 1000)
         self.end_ms = self.start_ms + int(self.opt.duration_s * 1000)
         timeline = ["--scenario", str(plan.scenario_path(self.opt.scenario)),
                     "--duration", str(self.opt.duration_s), "--start-at-ms", str(self.start_ms)]
-        self._start("scheduler", ["scheduler", *timeline, "--metrics-port",
+        self.children.launch("scheduler", ["scheduler", *timeline, "--metrics-port",
                                   str(self.ports.scheduler), *self._kafka_args(),
                                   *self._signing_args()])
         # The load generator's client routes from the replicas topic: a reclaimed replica says
         # it is draining when its notice arrives, before it goes; one starting is not there
         # until it serves.
         rate = ["--rate", str(self.opt.rate)] if self.opt.rate else []
-        self._start("loadgen", ["loadgen", *timeline, "--membership", *rate, "--out",
+        self.children.launch("loadgen", ["loadgen", *timeline, "--membership", *rate, "--out",
                                 str(self.out / "loadgen"), "--metrics-port",
                                 str(self.ports.loadgen), *self._kafka_args(),
                                 *self._signing_args()])
@@ -317,7 +289,7 @@ class Demo:
         config = self.out / "prometheus.yml"
         config.write_text(prometheus_config(targets, pools))
         port = self.prometheus_port = localkafka.free_port()
-        self._start("prometheus", [f"--config.file={config}",
+        self.children.launch("prometheus", [f"--config.file={config}",
                                    f"--storage.tsdb.path={self.state / 'prometheus'}",
                                    f"--web.listen-address=127.0.0.1:{port}"], program=[binary])
         self.say(f"prometheus: http://127.0.0.1:{port} (scraping {sum(map(len, targets.values()))}"
@@ -330,7 +302,7 @@ class Demo:
         while wall_ms() < self.end_ms:
             self._check()
             self.book.follow()
-            self._check_alive()
+            self.children.check_alive()
             if time.monotonic() >= next_line:
                 self._progress()
                 next_line = time.monotonic() + self.opt.progress_every_s
@@ -343,13 +315,6 @@ class Demo:
         """Called about four times a second while the load runs: a place for a longer run
         (``surplus soak``) to watch the processes; the demo itself has nothing to add."""
 
-    def _check_alive(self) -> None:
-        """A child that died means the run is broken, and so does a keeper that failed."""
-        for name in self._dead():
-            child = self.children[name]
-            status = child.popen.poll() if child.popen else None
-            raise DemoError(f"{name} exited with status {status}:\n{child.tail()}")
-
     def _progress(self) -> None:
         now = wall_ms()
         t = (now - self.start_ms) / 1000.0
@@ -361,11 +326,11 @@ class Demo:
 
     def _shutdown(self) -> None:
         quick = self.hurry.is_set
-        self._stop_child("loadgen", signal.SIGTERM, 5 if quick() else 40)
+        self.children.stop_one("loadgen", signal.SIGTERM, 5 if quick() else 40)
         if self.start_ms and not self.end_ms:
             self.end_ms = wall_ms()
         self.end_ms = max(self.start_ms, min(self.end_ms or wall_ms(), wall_ms()))
-        self._stop_child("scheduler", signal.SIGTERM, 5 if quick() else 20)
+        self.children.stop_one("scheduler", signal.SIGTERM, 5 if quick() else 20)
         self.book.pending = []
         with contextlib.suppress(OSError):
             self.book.sample(force=True)
@@ -375,15 +340,15 @@ class Demo:
             if name in self.children:
                 self.children[name].send(signal.SIGTERM)
         for name in workers:
-            self._stop_child(name, signal.SIGTERM, 5 if quick() else 30)
+            self.children.stop_one(name, signal.SIGTERM, 5 if quick() else 30)
         left = self.book.close()
         if left:
             self.say(f"warning: CPU slices not removed (still in use?): {', '.join(left)}")
-        self._stop_child("control-plane", signal.SIGTERM, 5 if quick() else 30)
+        self.children.stop_one("control-plane", signal.SIGTERM, 5 if quick() else 30)
         if "recorder" in self.children and not quick():
             time.sleep(1.5)  # let the recorder read the last revokes and reports
-        self._stop_child("recorder", signal.SIGINT, 5 if quick() else 30)
-        self._stop_child("prometheus", signal.SIGTERM, 10)
+        self.children.stop_one("recorder", signal.SIGINT, 5 if quick() else 30)
+        self.children.stop_one("prometheus", signal.SIGTERM, 10)
         if self.monitor is not None:
             self.monitor.stop()
         if self.broker_dir is not None:
@@ -392,18 +357,9 @@ class Demo:
             with contextlib.suppress(OSError):  # its pauses, for the report (see BROKER_GC_LOG)
                 shutil.copyfile(self.broker_dir / localkafka.GC_LOG,
                                 self.out / report.BROKER_GC_LOG)
-        left = [name for name, child in self.children.items() if child.alive()]
+        left = self.children.alive()
         if left:
             self.say(f"warning: still running after shutdown: {', '.join(left)}")
-
-    def _stop_child(self, name: str, sig: int, timeout_s: float) -> None:
-        child = self.children.get(name)
-        if child is None:
-            return
-        was_alive = child.alive()
-        rc = child.stop(sig, timeout_s)
-        if was_alive and rc not in (0, None, -sig, 128 + sig, 130):
-            self.say(f"{name}: exited with status {rc} (log: {child.log_path})")
 
     def _scrape_workers(self) -> None:
         """Each worker's /metrics text, for the preemption reaction histogram (with those of
