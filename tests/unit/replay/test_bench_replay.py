@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from bench.replay import generate_log, reference_loop, run
 from streams.eventlog import read_events
@@ -26,11 +29,12 @@ def test_run_reports_throughput_and_the_ratio_to_the_reference() -> None:
     assert isinstance(result["within_target"], bool)
 
 
-def test_remembered_allocations_change_no_byte_of_the_replay(tmp_path: Path,
-                                                             monkeypatch) -> None:
+def test_remembered_allocations_change_no_byte_of_the_replay(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller answers inputs it has solved before from memory: the same targets,
     windows, estimates and summary as solving every tick, with fewer LPs."""
     import streams.control.controller as controller
+    from streams.control.allocator import Allocation
     from streams.control.config import ControlConfig
     from streams.replay import replay_offline
 
@@ -39,7 +43,7 @@ def test_remembered_allocations_change_no_byte_of_the_replay(tmp_path: Path,
     solves: list[int] = []
     real = controller.allocate
 
-    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def counted(*args: Any, **kwargs: Any) -> Allocation:
         solves.append(1)
         return real(*args, **kwargs)
 
