@@ -129,6 +129,7 @@ class Chaos:
         self.toxi: Toxiproxy | None = None
         self.fleet: Fleet | None = None
         self.reader: TopicReader | None = None
+        self.est_reader: TopicReader | None = None
         self.t0 = 0.0  # load time at which the schedule's clock starts
         self._stop = threading.Event()
         self._locks: dict[str, threading.Lock] = {}
@@ -176,6 +177,9 @@ class Chaos:
         warm = self.fleet.warm_up(timeout_s=180)
         self.t0 = warm
         self.reader = TopicReader(self.kafka, "targets")
+        # Followed from now on: the topic is compacted, so at the end it would hold only the
+        # last few reports, and labels are counted from every one.
+        self.est_reader = TopicReader(self.kafka, "estimates")
         self.say(f"chaos: fleet up, optional work flowing at {warm:.1f} s of load")
 
     def _proxied(self, worker: WorkerProc) -> str:
@@ -484,7 +488,9 @@ class Chaos:
         assert self.fleet is not None and self.reader is not None
         next_scrape = 0.0
         while not self._stop.is_set():
-            self.reader.poll(0.2)
+            self.reader.poll(0.1)
+            if self.est_reader is not None:
+                self.est_reader.poll(0.1)
             if time.monotonic() < next_scrape:
                 continue
             next_scrape = time.monotonic() + 1.0
@@ -519,15 +525,17 @@ class Chaos:
                     digest=_digest(base64.b64decode(letter.value_b64))))
 
     def _labels(self, delivered: int, sent: int) -> None:
-        """Every LiftReport of the scope, read until the join has counted every label
-        delivered (or ``LABELS_SETTLE_S`` passed)."""
+        """Every LiftReport of the scope (followed through the run), read on until the join
+        has counted every label delivered (or ``LABELS_SETTLE_S`` passed)."""
+        assert self.est_reader is not None
         estimates: list[h.Estimate] = []
         deadline = time.monotonic() + LABELS_SETTLE_S
         while time.monotonic() < deadline:
+            self.est_reader.poll(2.0)
             estimates = []
-            for value in self._read_all("estimates", 3.0):
+            for message in self.est_reader.messages:
                 with contextlib.suppress(Exception):
-                    report = decode(LiftReport, value)
+                    report = decode(LiftReport, message.value())
                     if report.scope == REGION:
                         t = self.now() - (wall_ms() - report.ts_ms) / 1000.0
                         estimates.append(h.Estimate(t=round(t, 3), ts_ms=report.ts_ms,
@@ -650,9 +658,10 @@ class Chaos:
         return [f"{p.log_path.name}: {p.tail(3)}" for p in procs if not p.alive()]
 
     def _teardown(self) -> None:
-        if self.reader is not None:
-            with contextlib.suppress(Exception):
-                self.reader.close()
+        for reader in (self.reader, self.est_reader):
+            if reader is not None:
+                with contextlib.suppress(Exception):
+                    reader.close()
         if self.fleet is not None:
             with contextlib.suppress(Exception):
                 self.fleet.stop()
