@@ -260,7 +260,9 @@ class LoadRunner:
 
         def recorded(targets: ControlTargets, now_ms: int) -> Any:
             verdict = offer(targets, now_ms)
-            self.offers.append(Offer(self.now(), now_ms, targets.epoch, targets.issued_at_ms,
+            # Offers read as the client starts (catching up) come before the load's clock.
+            at = self.now() if self._t0 else 0.0
+            self.offers.append(Offer(at, now_ms, targets.epoch, targets.issued_at_ms,
                                      targets.ttl_ms, verdict.accepted, verdict.reason))
             return verdict
 
