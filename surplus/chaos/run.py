@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -87,7 +88,7 @@ class Options:
 
 @dataclass
 class Result:
-    summary: dict[str, object]
+    summary: dict[str, Any]
     violations: list[Violation]
     history_path: Path
 
