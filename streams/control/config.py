@@ -145,15 +145,12 @@ class CostConfig(_Config, frozen=True, kw_only=True):
 
     target_utilisation: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.7
     """Share of the lent capacity's time the levers' budgets plan to fill."""
-    provisioned_utilisation: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.3
+    provisioned_utilisation: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.0
     """Share of the provisioned ranking replicas' time that baseline and extra candidates
-    together may fill, their idle time measured from their busy share; 0 budgets extra
-    candidates on lent capacity only. It lets optional work into the idle time of the
-    replicas bought for the peak, where the PID on tail latency and the replicas' admission
-    (which trims a request's extras to what drains within its queue bound, and RMA's target
-    held to what they served) guard it from a traffic spike. 0.3 broke no SLA window in any
-    shipped scenario that does not set its own; 0.5 did in two (docs/concepts.md). Keep it
-    well under ``target_utilisation``."""
+    together may fill; 0 (the default) budgets extra candidates on lent capacity only. An
+    operator's choice, not a measurement: it lets optional work into the idle time of the
+    replicas bought for the peak, where the PID on tail latency is then the only guard
+    between it and a traffic spike. Keep it well under ``target_utilisation``."""
     prior_weight_s: Positive = 2.0
     """Busy replica-seconds of pseudo-evidence behind the configured rates (the prior)."""
     half_life_s: Positive = 60.0
