@@ -8,8 +8,8 @@ and the faults in force then, so that ``surplus chaos --seed N`` replays it.
   invariant 1 of DESIGN.md: losing optional capacity, or any single fault the fleet is built
   for, never loses a baseline request).
 - ``sla``: in every window of ``window_s`` with no fault on the baseline path (a baseline
-  replica killed, frozen, restarting or behind a slow or cut network, and ``settle_s`` after
-  it), the baseline p99 is within the SLA.
+  replica killed, frozen, restarting or behind a slow or cut network, or a broker killed or
+  paused on the run's one host, and ``settle_s`` after it), the baseline p99 is within the SLA.
 - ``reclaim``: no request started after a replica's reclaim deadline (or after the notice
   reached it, when it came late) was served by that replica with optional work, until the
   pool was granted again (invariant 3).

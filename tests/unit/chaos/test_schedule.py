@@ -48,7 +48,9 @@ def test_baseline_path_is_a_fault_on_a_baseline_replica() -> None:
     assert Fault(1, "worker_freeze", "b2", 1).on_baseline_path
     assert Fault(1, "net_delay", "b1", 1).on_baseline_path
     assert not Fault(1, "worker_kill", "p1", 1).on_baseline_path
-    assert not Fault(1, "broker_kill", "2", 1).on_baseline_path
+    assert Fault(1, "broker_kill", "2", 1).on_baseline_path   # one host: it takes the cores
+    assert Fault(1, "broker_pause", "2", 1).on_baseline_path
+    assert not Fault(1, "control_kill", "control", 1).on_baseline_path
 
 
 def test_weights_leave_kinds_out_and_params_are_in_range() -> None:
