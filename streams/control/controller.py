@@ -49,7 +49,8 @@ from schemas.contract import (
     WindowReport,
 )
 from streams.control import override as operator
-from streams.control.allocator import Allocation, allocate
+from streams.control.allocation_memo import AllocationMemo
+from streams.control.allocator import Allocation
 from streams.control.config import ControlConfig
 from streams.control.cost import CostModel, PoolCost
 from streams.control.inventory import CapacityVector, InventoryState, PoolInventory
@@ -80,9 +81,6 @@ from streams.control.windows import WindowSet, WindowStats
 
 STATE_VERSION = 1
 Reason = Literal["period", "preemption", "restart", "operator"]
-SOLVED_KEPT = 256
-"""Allocations a controller remembers by their exact inputs (traffic cycles back to the
-demand grid points it has seen: about a third of the LPs in `surplus bench replay`)."""
 
 
 class ScopeMismatch(ValueError):
@@ -195,8 +193,7 @@ class ScopeController:
                                       last.rma.budget_units_per_s)
                                      if last is not None else (0.0, 0.0, 0.0))
         self._last_windows: list[WindowStats] = []
-        self._alloc_cache: tuple[tuple[object, ...], Allocation] | None = None
-        self._solved: dict[bytes, Allocation] = {}
+        self._memo = AllocationMemo()
         self._allocation = Allocation()
 
     # -- inputs --------------------------------------------------------------------------
@@ -382,21 +379,7 @@ class ScopeController:
         curves = None
         if config.learn_curves and self._learned_curves is not None:
             curves = self._learned_curves
-        key = (capacity, rma_max, sbm_max, curves)
-        cached = self._alloc_cache
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        allocation = self._solved.get(exact := msgspec.msgpack.encode(key))
-        if allocation is None:  # the LP is deterministic: byte-identical inputs, same answer
-            if curves is not None:
-                config = msgspec.structs.replace(config, rma_value_segments=curves[0],
-                                                 sbm_value_segments=curves[1])
-            allocation = allocate(capacity, config, rma_max_units=rma_max,
-                                  sbm_max_units=sbm_max)
-            if len(self._solved) >= SOLVED_KEPT:
-                del self._solved[next(iter(self._solved))]
-            self._solved[exact] = allocation
-        self._alloc_cache = (key, allocation)
+        allocation = self._memo.solve(capacity, config, rma_max, sbm_max, curves)
         self._allocation = allocation
         return allocation
 

@@ -33,7 +33,7 @@ def test_remembered_allocations_change_no_byte_of_the_replay(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller answers inputs it has solved before from memory: the same targets,
     windows, estimates and summary as solving every tick, with fewer LPs."""
-    import streams.control.controller as controller
+    import streams.control.allocation_memo as allocation_memo
     from streams.control.allocator import Allocation
     from streams.control.config import ControlConfig
     from streams.replay import replay_offline
@@ -41,17 +41,17 @@ def test_remembered_allocations_change_no_byte_of_the_replay(
     log = tmp_path / "b.jsonl"
     generate_log(log, workers=12, seconds=900, regions=2)
     solves: list[int] = []
-    real = controller.allocate
+    real = allocation_memo.allocate
 
     def counted(*args: Any, **kwargs: Any) -> Allocation:
         solves.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(controller, "allocate", counted)
+    monkeypatch.setattr(allocation_memo, "allocate", counted)
     replay_offline(log, ControlConfig(), tmp_path / "memo")
     remembered = len(solves)
     solves.clear()
-    monkeypatch.setattr(controller, "SOLVED_KEPT", 1)  # only the last input, as before
+    monkeypatch.setattr(allocation_memo, "SOLVED_KEPT", 1)  # only the last input, as before
     replay_offline(log, ControlConfig(), tmp_path / "every")
     assert remembered < len(solves)
     for name in ("targets.csv", "windows.csv", "estimates.json", "summary.json"):
