@@ -86,107 +86,10 @@ from schemas.contract import (
     SegmentPriority,
 )
 from streams.control.config import LabelsConfig, SbmConfig
+from streams.control.moments import Estimate, Moments, adjusted_gain, estimate
+from streams.control.moments import merge as _merge
 
 _BOUND = 1e6
-
-
-class Moments(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True,
-              array_like=True):
-    """Importance-weighted sums of one arm, w = 1/propensity, x = log1p(extras)::
-
-        n, Σw, Σw², Σwy, Σw²y, Σw²y²       (SNIPS mean and its delta-method variance)
-        Σwx, Σwx², Σwxy, Σwy²               (the regression adjustment)
-
-    ``mean`` = Σwy/Σw, ``mean_x`` = Σwx/Σw, ``sxx`` = Σw(x - mean_x)², ``sxy`` =
-    Σw(x - mean_x)y, ``syy`` = Σw(y - mean)². The x sums came later; a snapshot without them
-    reads as zeros (no covariate seen)."""
-
-    n: float = 0.0
-    w: float = 0.0
-    w2: float = 0.0
-    wy: float = 0.0
-    w2y: float = 0.0
-    w2y2: float = 0.0
-    wx: float = 0.0
-    wxx: float = 0.0
-    wxy: float = 0.0
-    wyy: float = 0.0
-
-    def add(self, y: float, weight: float = 1.0, max_n: float = math.inf,
-            x: float = 0.0) -> Moments:
-        """The sums with one more round; past ``max_n`` rounds every sum is first scaled by
-        (max_n - 1)/n (drift scaling, see the module docstring).
-
-        :param y: the round's value.
-        :param weight: its importance weight, 1/propensity (1 for the lift's sums).
-        :param max_n: the most rounds the sums keep.
-        :param x: its covariate, log1p of its extra candidates.
-        """
-        sums = msgspec.structs.astuple(self)
-        if self.n + 1.0 > max_n:
-            f = (max_n - 1.0) / self.n
-            sums = tuple(v * f for v in sums)
-        n, w, w2, wy, w2y, w2y2, wx, wxx, wxy, wyy = sums
-        ww = weight * weight
-        return Moments(n=n + 1.0, w=w + weight, w2=w2 + ww, wy=wy + weight * y,
-                       w2y=w2y + ww * y, w2y2=w2y2 + ww * y * y, wx=wx + weight * x,
-                       wxx=wxx + weight * x * x, wxy=wxy + weight * x * y,
-                       wyy=wyy + weight * y * y)
-
-    @property
-    def mean_x(self) -> float:
-        return self.wx / self.w if self.w > 0 else 0.0
-
-    @property
-    def sxx(self) -> float:
-        """Weighted sum of squares of x about its mean."""
-        return max(self.wxx - self.wx * self.mean_x, 0.0)
-
-    @property
-    def sxy(self) -> float:
-        return self.wxy - self.wx * self.mean
-
-    @property
-    def syy(self) -> float:
-        return max(self.wyy - self.wy * self.mean, 0.0)
-
-    @property
-    def mean(self) -> float:
-        return self.wy / self.w if self.w > 0 else 0.0
-
-    @property
-    def var_of_mean(self) -> float:
-        """Delta-method variance of the self-normalised mean::
-
-            Var(μ) = Σw²(y - μ)² / (Σw)² · n/(n - 1)
-
-        (for unit weights, the sample variance over n). Σw²(y - μ)² is expanded as
-        Σw²y² - 2μΣw²y + μ²Σw², so the sums need no second pass."""
-        if self.w <= 0 or self.n < 2:
-            return math.inf
-        mu = self.mean
-        s = max(self.w2y2 - 2.0 * mu * self.w2y + mu * mu * self.w2, 0.0)
-        return s / (self.w * self.w) * self.n / (self.n - 1.0)
-
-    def shrunk_var_of_mean(self, prior_var: float, prior_weight: float) -> float:
-        """Variance of the mean with the per-round noise shrunk toward a prior::
-
-            n_eff = (Σw)² / Σw²                      (Kish's effective sample size)
-            s²    = Σw²(y - μ)² / Σw²
-            Var   = (n_eff s² + m σ²) / (n_eff + m) / n_eff
-
-        so a handful of equal values does not make a certain estimate.
-
-        :param prior_var: σ², the per-round noise assumed before any label.
-        :param prior_weight: m, how many rounds that assumption is worth.
-        """
-        if self.w <= 0 or self.w2 <= 0:
-            return math.inf
-        n_eff = self.w * self.w / self.w2
-        mu = self.mean
-        s = max(self.w2y2 - 2.0 * mu * self.w2y + mu * mu * self.w2, 0.0) / self.w2
-        noise = (n_eff * s + prior_weight * prior_var) / (n_eff + prior_weight)
-        return noise / n_eff
 
 
 class Arms(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True,
@@ -195,22 +98,6 @@ class Arms(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True
     powerful: Moments = Moments()
     powerful_total: float = 0.0
     """Treated rounds the powerful model served, never forgotten (the lift's SBM share)."""
-
-
-class Estimate(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """A measured quantity with its interval (``None`` bounds: not enough labels yet)."""
-
-    measured: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    std: float | None = None
-
-
-def _estimate(mean: float, var: float, z: float) -> Estimate:
-    if not (math.isfinite(mean) and math.isfinite(var)):
-        return Estimate()
-    std = math.sqrt(max(var, 0.0))
-    return Estimate(measured=mean, ci_low=mean - z * std, ci_high=mean + z * std, std=std)
 
 
 class Stratum(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True,
@@ -310,7 +197,7 @@ class GainEstimator:
         cfg = self.sbm
         prior_var, weight = cfg.prior_obs_std ** 2, cfg.prior_obs_weight
         gain, slope_var = adjusted_gain(arms.baseline, arms.powerful)
-        return _estimate(gain, arms.powerful.shrunk_var_of_mean(prior_var, weight)
+        return estimate(gain, arms.powerful.shrunk_var_of_mean(prior_var, weight)
                          + arms.baseline.shrunk_var_of_mean(prior_var, weight) + slope_var,
                          self._z)
 
@@ -389,15 +276,15 @@ class GainEstimator:
                 share = arms.powerful_total / t.n
                 sbm_mean += share * est.measured
                 sbm_var += share * share * est.std ** 2
-            out["sbm"] = _estimate(sbm_mean, sbm_var, z)
+            out["sbm"] = estimate(sbm_mean, sbm_var, z)
             if h.n >= k:
                 total_mean, total_var = self._all_lift()
-                out["all"] = _estimate(total_mean, total_var, z)
-                rma = _estimate(total_mean - sbm_mean, total_var + sbm_var, z)
+                out["all"] = estimate(total_mean, total_var, z)
+                rma = estimate(total_mean - sbm_mean, total_var + sbm_var, z)
                 out["rma"] = rma
                 extra = self._treated_extra / t.n
                 if extra > 0 and rma.measured is not None and rma.std is not None:
-                    out["rma_per_extra"] = _estimate(rma.measured / extra,
+                    out["rma_per_extra"] = estimate(rma.measured / extra,
                                                      (rma.std / extra) ** 2, z)
         return out
 
@@ -446,35 +333,6 @@ class GainEstimator:
                               treated_extra=self._treated_extra,
                               strata={k: self._strata[k] for k in sorted(self._strata)},
                               unstratified=self._unstratified)
-
-
-def adjusted_gain(baseline: Moments, powerful: Moments) -> tuple[float, float]:
-    """Powerful minus baseline at equal extra candidates, and the variance the adjustment adds::
-
-        beta = max(0, Sxy / Sxx)          Sxx, Sxy, Syy pooled within the arms (`Moments`)
-        gain = (mu_p - mu_b) - beta (xbar_p - xbar_b)
-        var  = (xbar_p - xbar_b)² (Syy - beta Sxy) / (n_eff Sxx),   n_eff = Σ_arms (Σw)²/Σw²
-
-    (the raw difference and no added variance when Sxx is 0: no spread in x.)
-
-    The arms do not get the same extras: a powerful request's are capped by its pool's
-    allowance and the SBM target, a baseline one's by the RMA budget, and an extra candidate
-    is worth as much as the model change. The raw difference credits the model with the
-    extras' value (it read -0.05 for segments truly worth +0.02 and +0.05 in the demo). So
-    this is the regression adjustment of experiments (ANCOVA; Lin 2013): value = arm + β·x,
-    x = log1p(extras) (the concave curve `workers.policy.admission.marginal_extra_value`
-    assumes), β pooled within the arms. β is kept ≥ 0: more candidates never lower the best
-    score, and a negative slope is noise."""
-    raw = powerful.mean - baseline.mean
-    sxx = baseline.sxx + powerful.sxx
-    if sxx <= 1e-9:
-        return raw, 0.0
-    sxy = baseline.sxy + powerful.sxy
-    beta = max(sxy / sxx, 0.0)
-    dx = powerful.mean_x - baseline.mean_x
-    residual = max(baseline.syy + powerful.syy - beta * sxy, 0.0)
-    n_eff = sum(m.w * m.w / m.w2 for m in (baseline, powerful) if m.w2 > 0)
-    return raw - beta * dx, dx * dx * residual / (max(n_eff, 1.0) * sxx)
 
 
 def _grid(value: float, steps_per_octave: int = 8) -> float:
@@ -530,10 +388,6 @@ def _add_to(stratum: Stratum, value: float, holdout: bool) -> Stratum:
     if holdout:
         return Stratum(treated=stratum.treated, holdout=stratum.holdout.add(value))
     return Stratum(treated=stratum.treated.add(value), holdout=stratum.holdout)
-
-
-def _merge(a: Moments, b: Moments) -> Moments:
-    return Moments(**{f: getattr(a, f) + getattr(b, f) for f in Moments.__struct_fields__})
 
 
 def lift_report(scope: str, ts_ms: int, epoch: int, est: GainEstimator,
