@@ -54,7 +54,7 @@ K8S_SCHEMAS            := .tools/kubeconform-schemas-$(K8S_SCHEMAS_VERSION)
 HELM_KUBE_VERSIONS     := 1.29.0 1.37.0
 CHART                  := infra/helm/surplus
 
-.PHONY: test test-fast test-faults lint demo soak bench clean setup compose-check toxiproxy ec2-metadata-mock lock \
+.PHONY: test test-fast test-faults test-gpu lint demo soak bench clean setup compose-check toxiproxy ec2-metadata-mock lock \
         test-client-install promtool test-alerts helm-check docs prereqs test-wheel mlserver
 
 setup: $(STAMP) $(JARS)
@@ -247,15 +247,19 @@ $(MLSERVER_STAMP): infra/mlserver/requirements.txt
 test: setup $(TOXIPROXY) $(AEMM) promtool docs mlserver
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q -m "not faults and not helm"
+	$(BIN)/pytest -q -m "not faults and not helm and not gpu"
 	$(BIN)/pytest -q -m faults
 
 test-faults: setup $(TOXIPROXY)
 	$(BIN)/pytest -q -m faults
 
+# The worker's CUDA path (tests/gpu): on a machine with a GPU; fails where none is seen.
+test-gpu: setup
+	$(BIN)/pytest -q -m gpu tests/gpu
+
 # No broker, no Kafka jars, no full-length goldens: the loop to run while editing (~1 min).
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -m "not kafka and not slow and not faults and not helm" --durations=5
+	$(BIN)/pytest -q -m "not kafka and not slow and not faults and not helm and not gpu" --durations=5
 
 lint: setup
 	$(BIN)/ruff check .

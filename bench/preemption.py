@@ -17,11 +17,14 @@ under the same load: ``direct_notice_to_shed_ms``, and ``direct_vs_kafka_p99`` a
 Kafka path. The poster's threads share this process's GIL with the worker, which a poster in
 its own process would not.
 
-    python -m bench.preemption [--bootstrap HOST:PORT] [--notices 200]
+    python -m bench.preemption [--bootstrap HOST:PORT] [--notices 200] [--device cuda]
+    python -m bench.preemption --no-kafka --device cuda    # the direct path alone
 
 Without ``--bootstrap`` (or ``$KAFKA_BOOTSTRAP_SERVERS``) an embedded broker is started in a
-temporary directory (and stopped). Prints one JSON line; ``run(...)`` returns the same dict
-for ``surplus bench``.
+temporary directory (and stopped). ``--no-kafka`` measures the direct path alone, with no
+broker: for a machine that has an accelerator but no Java (the worker's CUDA path, where a
+forward pass runs on the GPU while the notice is read). Prints one JSON line; ``run(...)``
+returns the same dict for ``surplus bench``.
 """
 
 from __future__ import annotations
@@ -132,14 +135,45 @@ def _summary(samples_ms: list[float]) -> dict[str, float]:
             "max": round(float(arr.max()), 3), "mean": round(float(arr.mean()), 3)}
 
 
-async def _measure(settings: KafkaSettings, notices: int, warmup: int, gap_s: float,
-                   load_rps: float) -> dict[str, Any]:
-    config = load_config(None, {
-        "worker_id": "bench-w1", "tier": "opportunistic", "model.device": "cpu",
-        "kafka": {"bootstrap": settings.bootstrap, "prefix": settings.prefix},
-        "report_interval_s": 1.0})
+def _worker(settings: KafkaSettings | None, device: str) -> Worker:
+    overrides: dict[str, Any] = {"worker_id": "bench-w1", "tier": "opportunistic",
+                                 "model.device": device, "report_interval_s": 1.0}
+    if settings is not None:
+        overrides["kafka"] = {"bootstrap": settings.bootstrap, "prefix": settings.prefix}
+    config = load_config(None, overrides)
     assert config.pool == POOL
-    worker = Worker(config)
+    return Worker(config)
+
+
+def _device(worker: Worker) -> str:
+    """Where the worker's model runs (a torch model's device; an OIP backend has none)."""
+    return str(getattr(worker.model, "device", worker.config.model.device))
+
+
+async def _measure_direct_only(notices: int, gap_s: float, load_rps: float,
+                               device: str) -> dict[str, Any]:
+    """The direct path under the same load, with no broker and no Kafka threads."""
+    worker = _worker(None, device)
+    await worker.start()
+    stopped: dict[str, int] = {}
+    worker.preemption_listeners.append(lambda n, ns: stopped.__setitem__(n.notice_id, ns))
+    stop_load = asyncio.Event()
+    load = asyncio.create_task(_load(worker, load_rps, stop_load))
+    try:
+        worker.offer_targets(_targets(1))
+        await asyncio.sleep(1.0)  # load warmed up
+        direct_ms = await _direct(worker, stopped, notices, gap_s, 2)
+    finally:
+        stop_load.set()
+        sent = await load
+        await worker.stop()
+    return {"worker": [], "raw": [], "direct": direct_ms, "load_requests": sent,
+            "lost_by_worker": 0, "lost_by_raw": 0, "device": _device(worker)}
+
+
+async def _measure(settings: KafkaSettings, notices: int, warmup: int, gap_s: float,
+                   load_rps: float, device: str) -> dict[str, Any]:
+    worker = _worker(settings, device)
     await worker.start()
     kafka = KafkaIO(worker, settings)
     worker.kafka = kafka
@@ -191,7 +225,8 @@ async def _measure(settings: KafkaSettings, notices: int, warmup: int, gap_s: fl
     worker_ms = [(stopped[n] - sends[n]) / 1e6 for n in measured if n in stopped]
     raw_ms = [(raw.arrived[n] - sends[n]) / 1e6 for n in measured if n in raw.arrived]
     return {"worker": worker_ms, "raw": raw_ms, "direct": direct_ms, "load_requests": sent,
-            "lost_by_worker": notices - len(worker_ms), "lost_by_raw": notices - len(raw_ms)}
+            "lost_by_worker": notices - len(worker_ms), "lost_by_raw": notices - len(raw_ms),
+            "device": _device(worker)}
 
 
 async def _direct(worker: Worker, stopped: dict[str, int], notices: int, gap_s: float,
@@ -224,8 +259,41 @@ async def _direct(worker: Worker, stopped: dict[str, int], notices: int, gap_s: 
 
 
 def run(bootstrap: str | None = None, notices: int = 200, gap_ms: float = 20.0,
-        load_rps: float = 200.0, warmup: int = 1000) -> dict[str, Any]:
+        load_rps: float = 200.0, warmup: int = 1000, device: str = "cpu",
+        kafka: bool = True) -> dict[str, Any]:
     """Measure notice -> optional-work-stopped latency; one JSON-ready dict."""
+    # This process stands in for a worker process: the switch interval it runs with.
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    try:
+        if kafka:
+            raw = _with_broker(bootstrap, notices, warmup, gap_ms / 1000.0, load_rps, device)
+        else:
+            raw = asyncio.run(_measure_direct_only(notices, gap_ms / 1000.0, load_rps, device))
+    finally:
+        sys.setswitchinterval(before)
+    direct = _summary(raw["direct"])
+    out: dict[str, Any] = {"bench": "preemption", "device": raw["device"], "notices": notices,
+                           "load_rps": load_rps, "load_requests": raw["load_requests"],
+                           "direct_notice_to_shed_ms": direct}
+    if not kafka:
+        return {**out, "kafka": False, "target_p99_ms": TARGET_P99_MS,
+                "meets_target": direct["p99"] <= TARGET_P99_MS}
+    worker = _summary(raw["worker"])
+    reference = _summary(raw["raw"])
+    return {**out, "warmup_notices": warmup,
+            "notice_to_shed_p50_ms": worker["p50"], "notice_to_shed_p99_ms": worker["p99"],
+            "notice_to_optional_stopped_ms": worker, "raw_consumer_receive_ms": reference,
+            "ratio_p99": round(worker["p99"] / reference["p99"], 2) if reference["p99"] else None,
+            "worker_overhead_p99_ms": round(worker["p99"] - reference["p99"], 3),
+            "lost_by_worker": raw["lost_by_worker"], "lost_by_raw": raw["lost_by_raw"],
+            "direct_vs_kafka_p99": round(direct["p99"] / worker["p99"], 3)
+            if worker["p99"] else None,
+            "target_p99_ms": TARGET_P99_MS, "meets_target": worker["p99"] <= TARGET_P99_MS}
+
+
+def _with_broker(bootstrap: str | None, notices: int, warmup: int, gap_s: float,
+                 load_rps: float, device: str) -> dict[str, Any]:
     from surplus.topics import apply_topics
 
     with _broker(bootstrap) as servers:
@@ -233,28 +301,7 @@ def run(bootstrap: str | None = None, notices: int = 200, gap_ms: float = 20.0,
         report = apply_topics(settings.confluent(), settings.prefix)
         if not report.ok:
             raise RuntimeError(f"topics disagree: {report.mismatches}")
-        # This process stands in for a worker process: the switch interval it runs with.
-        before = sys.getswitchinterval()
-        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-        try:
-            raw = asyncio.run(_measure(settings, notices, warmup, gap_ms / 1000.0, load_rps))
-        finally:
-            sys.setswitchinterval(before)
-    worker = _summary(raw["worker"])
-    reference = _summary(raw["raw"])
-    direct = _summary(raw["direct"])
-    return {"bench": "preemption", "notices": notices, "warmup_notices": warmup,
-            "load_rps": load_rps,
-            "load_requests": raw["load_requests"],
-            "notice_to_shed_p50_ms": worker["p50"], "notice_to_shed_p99_ms": worker["p99"],
-            "notice_to_optional_stopped_ms": worker, "raw_consumer_receive_ms": reference,
-            "ratio_p99": round(worker["p99"] / reference["p99"], 2) if reference["p99"] else None,
-            "worker_overhead_p99_ms": round(worker["p99"] - reference["p99"], 3),
-            "lost_by_worker": raw["lost_by_worker"], "lost_by_raw": raw["lost_by_raw"],
-            "direct_notice_to_shed_ms": direct,
-            "direct_vs_kafka_p99": round(direct["p99"] / worker["p99"], 3)
-            if worker["p99"] else None,
-            "target_p99_ms": TARGET_P99_MS, "meets_target": worker["p99"] <= TARGET_P99_MS}
+        return asyncio.run(_measure(settings, notices, warmup, gap_s, load_rps, device))
 
 
 def main() -> None:
@@ -264,9 +311,12 @@ def main() -> None:
     parser.add_argument("--gap-ms", type=float, default=20.0)
     parser.add_argument("--load-rps", type=float, default=200.0)
     parser.add_argument("--warmup", type=int, default=1000)
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu")
+    parser.add_argument("--no-kafka", dest="kafka", action="store_false",
+                        help="the direct path alone, with no broker")
     args = parser.parse_args()
     print(json.dumps(run(args.bootstrap, args.notices, args.gap_ms, args.load_rps,
-                         args.warmup)))
+                         args.warmup, args.device, args.kafka)))
 
 
 if __name__ == "__main__":
