@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from msgspec import Meta
 from torch import Tensor, nn
+from torch.export.passes import move_to_device_pass
 
 from workers.features import (
     Arg,
@@ -349,9 +350,12 @@ def _load_file(path: Path, device: torch.device) -> tuple[Any, list[Declared]]:
             warnings.filterwarnings("ignore", "No complete tensor found")  # export archive note
             if path.suffix == ".pt2":
                 program = torch.export.load(str(path))
-                module = program.module()
                 declared = _program_inputs(program)
-                return (module.to(device) if device.type != "cpu" else module), declared
+                if device.type != "cpu":
+                    # A program's graph names the device it was exported on (an embedding
+                    # bag's offsets, say); moving its parameters alone left those on the CPU.
+                    program = move_to_device_pass(program, device)
+                return program.module(), declared
             script = torch.jit.load(str(path), map_location=device).eval()
     except Exception as exc:
         raise ModelLoadError(f"cannot load model {path}: {exc}") from exc
