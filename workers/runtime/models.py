@@ -27,7 +27,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import msgspec
 import numpy as np
@@ -35,6 +35,7 @@ import torch
 from msgspec import Meta
 from torch import Tensor, nn
 from torch.export.passes import move_to_device_pass
+from torch.nn import functional as F
 
 from workers.features import (
     Arg,
@@ -128,7 +129,11 @@ class _SparseDense(nn.Module):
     def features(self, dense: Tensor, sparse: Tensor) -> tuple[Tensor, list[Tensor]]:
         """Bottom-MLP output [B, E] and one pooled embedding [B, E] per sparse feature."""
         ids = torch.remainder(sparse, self.rows_per_table)
-        embedded = [bag(ids[:, i:i + 1]) for i, bag in enumerate(self.embeddings)]
+        # One id per bag, so a bag's sum is its row: a plain lookup in the bag's weights. The
+        # bag's own forward builds its offsets with `arange` on the device it is traced on,
+        # which a TorchScript trace bakes in, and the file then fails on any other device.
+        bags = cast(list[nn.EmbeddingBag], list(self.embeddings))
+        embedded = [F.embedding(ids[:, i], bag.weight) for i, bag in enumerate(bags)]
         return self.bottom(dense), embedded
 
 
