@@ -35,13 +35,20 @@ SCHEMA_VERSION = 2
 #: (targets had one since v2). Only signed messages are v8 (`SIGNED_VERSION`): an unsigned
 #: one is written exactly as before, and an older reader refuses a signed one as an unknown
 #: version (readers upgrade first, then the issuers start signing).
-READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7, 8})
+#: v9 added a decision record's inclusion probability (``RoutingOutcome.inclusion``): a client
+#: that logs a sample of its decisions says with what probability each was logged, so the
+#: estimators weigh it back up. Only sampled records carry it and are v9
+#: (`SAMPLED_VERSION`); a client logging every decision writes exactly what it wrote before,
+#: and an older control plane refuses a sampled record by version rather than read it as
+#: the whole traffic (readers upgrade first, then clients start sampling).
+READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9})
 OPERATOR_VERSION = 3
 DECISION_VERSION = 4
 POWERFUL_EXTRA_VERSION = 5
 SUPPLY_VERSION = 6
 REPLICA_GRANT_VERSION = 7
 SIGNED_VERSION = 8
+SAMPLED_VERSION = 9
 
 NonNegInt = Annotated[int, Meta(ge=0)]
 NonNegFloat = Annotated[float, Meta(ge=0.0)]
@@ -312,7 +319,8 @@ class RoutingOutcome(Event, frozen=True, kw_only=True):
     whether that was exploration and whether the request was in the randomized holdout (no
     optional work). ``value`` is set only when the client knew the outcome at response time;
     otherwise the outcome arrives later as an `OutcomeLabel` with the same ``request_id``.
-    A v1-v3 message (value always set) is a valid v4 one; v6 added ``available``.
+    A v1-v3 message (value always set) is a valid v4 one; v6 added ``available``, v9
+    ``inclusion`` (a client that logs a sample of its decisions).
     """
 
     v: int = DECISION_VERSION
@@ -334,6 +342,24 @@ class RoutingOutcome(Event, frozen=True, kw_only=True):
     available: Annotated[int, Meta(ge=0, le=100_000)] | None = None
     """v6: extra candidates the caller had beyond its base, of which ``extra`` were sent: the
     most an RMA target can use on this request (None: a client before the field)."""
+    inclusion: Annotated[float, Meta(gt=0.0, le=1.0)] | UnsetType = UNSET
+    """v9: the probability that this record was logged at all (the client's
+    ``decision_sample``, by request-id hash, `workers.policy.sampling`); unset: 1, every
+    decision logged. The estimators weigh the record by its inverse (Horvitz-Thompson). A
+    holdout record is always logged, so it never carries one below 1."""
+
+    def __post_init__(self) -> None:
+        if self.inclusion is not UNSET:
+            if self.v < SAMPLED_VERSION:
+                raise ValueError(f"`inclusion` is a v{SAMPLED_VERSION} field: a sampled "
+                                 f"decision record is written as v{SAMPLED_VERSION}")
+            if self.holdout and self.inclusion < 1.0:
+                raise ValueError("a holdout decision is always logged: its `inclusion` is 1")
+
+    @property
+    def sample_weight(self) -> float:
+        """1/inclusion: how many served requests this logged record stands for."""
+        return 1.0 if self.inclusion is UNSET else 1.0 / self.inclusion
 
 
 class OutcomeLabel(Event, frozen=True, kw_only=True):
@@ -429,8 +455,9 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 
 __all__ = [
     "DECISION_VERSION", "EVENT_TYPES", "LIMIT_REASONS", "OPERATOR_VERSION",
-    "POWERFUL_EXTRA_VERSION", "READABLE_VERSIONS", "REPLICA_GRANT_VERSION", "SCHEMA_VERSION",
-    "SHED_REASONS", "SIGNED_VERSION", "SUPPLY_VERSION", "CapacityEvent", "ControlTargets",
+    "POWERFUL_EXTRA_VERSION", "READABLE_VERSIONS", "REPLICA_GRANT_VERSION", "SAMPLED_VERSION",
+    "SCHEMA_VERSION", "SHED_REASONS", "SIGNED_VERSION", "SUPPLY_VERSION", "CapacityEvent",
+    "ControlTargets",
     "DeadLetter", "Event", "KeyId", "LatencySketch", "LiftEstimate", "LiftReport",
     "LimitReason", "ModelKind", "OperatorOverride", "OutcomeLabel", "PreemptionNotice",
     "ReplicaAnnouncement", "ReplicaState", "RmaTarget", "RoutingOutcome", "SbmTarget",

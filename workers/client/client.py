@@ -6,10 +6,12 @@ body in msgpack or JSON), and falls back to the baseline pool when the powerful 
 runs out of its share of the deadline — so losing opportunistic capacity only ever costs
 optional work. It feeds every worker's load signals into client-side shedding, and publishes a
 decision record (RoutingOutcome v4: lever choices, the router's propensity, explored, holdout)
-per request, in batches (`records.py`), so the control plane can join them with the outcome
-labels that arrive later (`label`, or any labeller writing to the labels topic) and learn
-what optional work paid. A service that knows a request's value at response time passes
-`outcome_value`: its decisions carry the value, and the router learns from it at once.
+per request, or for the ``decision_sample`` share of them picked by request-id hash (v9, with
+their inclusion probability; every holdout request's), in batches (`records.py`), so the
+control plane can join them with the outcome labels that arrive later (`label`, or any
+labeller writing to the labels topic) and learn what optional work paid. A service that
+knows a request's value at response time passes `outcome_value`: its decisions carry the
+value, and the router learns from it at once.
 
 Targets arrive on a background thread (`TargetsFeed`) and are applied on the event loop, so all
 policy state is touched from one thread. So do the replicas, with ``membership`` on: each
@@ -27,10 +29,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
+from msgspec import UNSET
 
 from schemas import kafka_clients
 from schemas.clock import wall_ms
 from schemas.contract import (
+    SAMPLED_VERSION,
     SUPPLY_VERSION,
     ControlTargets,
     OutcomeLabel,
@@ -45,8 +49,11 @@ from workers.client.decision import Decider, Decision, logged_propensity
 from workers.client.feed import MembershipFeed, TargetsFeed
 from workers.client.records import RecordQueue
 from workers.client.transport import RETRY_ON_ANOTHER_REPLICA, CallFailed, Transport
+from workers.policy.baseline_retry import BaselineRetry
+from workers.policy.holdout import in_holdout
 from workers.policy.membership import Membership
 from workers.policy.routing import Model
+from workers.policy.sampling import decision_inclusion
 from workers.wire import FeatureValue, check_feature_rows
 
 OutcomeValue = Callable[[RankRequest, RankResponse], float]
@@ -128,6 +135,7 @@ class RankingClient:
         self.transport = Transport(pools, encoding=config.encoding,
                                    replica_down_s=config.replica_down_s,
                                    membership=self.membership, clock=clock)
+        self._retry = BaselineRetry(config.baseline_retry, config.baseline_timeout_ms)
         self._feed: TargetsFeed | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Decision records and labels on their way to Kafka (None: no Kafka, or not started).
@@ -296,32 +304,57 @@ class RankingClient:
     async def _baseline(self, request: RankRequest, started: float, fallback: bool,
                         features: Mapping[str, FeatureValue] | None = None) -> RankResponse:
         """Baseline pool: the call that must succeed. After a fallback, only baseline work is
-        sent, with what is left of the deadline."""
+        sent, with what is left of the deadline. A replica that is gone
+        (`RETRY_ON_ANOTHER_REPLICA`), or does not answer within its share of the deadline
+        (`workers.policy.baseline_retry`: a frozen replica), costs a retry on another one,
+        with what is left of the deadline, not the request."""
         if fallback:
             left_ms = request.deadline_ms - (time.perf_counter() - started) * 1000.0
             request = msgspec.structs.replace(
                 request, candidates=request.candidates[:request.base_count],
                 deadline_ms=max(left_ms, 1.0))
+        retry = self._retry
+        retry.request()
+        begun = time.perf_counter()
+        deadline_ms = request.deadline_ms
         replicas = max(1, len(self.transport.pool_urls("baseline")))
+        tried: list[str] = []
+        timed_out: list[str] = []
         for attempt in range(1, replicas + 1):
+            others = replicas - attempt
+            left_ms = deadline_ms - (time.perf_counter() - begun) * 1000.0
+            wait_ms = retry.attempt_ms(left_ms, others)
+            if attempt > 1:
+                request = msgspec.structs.replace(request, deadline_ms=max(left_ms, 1.0))
             try:
-                return await self._call("baseline", request,
-                                        self.config.baseline_timeout_ms / 1000.0, features)
+                response = await self._call("baseline", request, wait_ms / 1000.0, features,
+                                            avoid=tried)
             except CallFailed as failed:
-                if failed.reason in RETRY_ON_ANOTHER_REPLICA and attempt < replicas:
-                    # Scoring has no side effects: a replica that died (or is draining) with
-                    # the request in flight costs a retry on the next one, not the request.
+                if failed.url is not None:
+                    tried.append(failed.url)
+                if others and (failed.reason in RETRY_ON_ANOTHER_REPLICA
+                               or (failed.reason == "timeout"
+                                   and retry.retry_after_timeout(wait_ms, others))):
+                    # Scoring has no side effects: a replica that died, is draining or froze
+                    # with the request in flight costs a retry on the next one, not the request.
+                    if failed.reason == "timeout" and failed.url is not None:
+                        timed_out.append(failed.url)
                     self.decider.bump("baseline_retry", failed.reason)
                     continue
                 self.decider.bump("baseline_failed", failed.reason)
                 raise RankingError(failed.reason) from None
+            for url in timed_out:    # another answered in time: the next requests avoid it
+                self.transport.mark_down(url, retry.skip_s(timed_out=True, retry_answered=True))
+            return response
         raise AssertionError("unreachable: the loop returns or raises")
 
     async def _call(self, model: Model, request: RankRequest, timeout_s: float,
-                    features: Mapping[str, FeatureValue] | None = None) -> RankResponse:
-        """One call to the next replica of a pool; what came of it feeds client-side shedding."""
+                    features: Mapping[str, FeatureValue] | None = None,
+                    avoid: Sequence[str] = ()) -> RankResponse:
+        """One call to the next replica of a pool (not one in `avoid` while another is left);
+        what came of it feeds client-side shedding."""
         try:
-            response = await self.transport.call(model, request, timeout_s, features)
+            response = await self.transport.call(model, request, timeout_s, features, avoid)
         except CallFailed as failed:
             self.decider.observe(None, self._clock(), error=failed.reason, model=model)
             raise
@@ -359,14 +392,22 @@ class RankingClient:
         """Queue the request's decision record (`RecordQueue.decision`)."""
         if self._records is None or not self.config.publish_outcomes:
             return
+        inclusion = decision_inclusion(request.request_id, self.config.decision_sample,
+                                       decision.holdout)
+        if inclusion is None:
+            self.decider.bump("outcomes", "unsampled")
+            return
         model = response.model
         propensity = logged_propensity(decision.model, decision.propensity, model)
+        sampled = inclusion < 1.0
         self._records.decision(RoutingOutcome(
-            v=SUPPLY_VERSION, ts_ms=self._clock(), scope=self.config.scope,
-            request_id=request.request_id, segment=request.segment, model=model,
-            value=value, explored=decision.explored and fell_back is None,
+            v=SAMPLED_VERSION if sampled else SUPPLY_VERSION, ts_ms=self._clock(),
+            scope=self.config.scope, request_id=request.request_id,
+            segment=request.segment, model=model, value=value,
+            explored=decision.explored and fell_back is None,
             extra=response.optional_scored if fell_back is None else 0,
-            propensity=propensity, holdout=decision.holdout, available=offered))
+            propensity=propensity, holdout=decision.holdout, available=offered,
+            inclusion=inclusion if sampled else UNSET))
 
     def flush_decisions(self) -> None:
         """Send the decision records queued so far as one outcomes message, and the labels
@@ -388,6 +429,11 @@ class RankingClient:
         if served is not None:
             self.decider.router.observe(served[0], served[1], value)
         if self._records is None or not self.config.publish_outcomes:
+            return
+        rate = self.config.decision_sample
+        if rate < 1.0 and decision_inclusion(
+                request_id, rate, in_holdout(request_id, self.config.holdout_fraction)) is None:
+            self.decider.bump("labels", "unsampled")   # its decision was never logged
             return
         self._records.label(OutcomeLabel(ts_ms=self._clock(), scope=self.config.scope,
                                          request_id=request_id, value=value))

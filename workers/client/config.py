@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+from workers.policy.baseline_retry import RetryConfig
 from workers.policy.client_shed import ShedConfig
 from workers.policy.membership import MembershipLimits
 from workers.policy.routing import RouterConfig
@@ -38,6 +39,10 @@ class ClientConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     #: How long a baseline call may take before it counts as failed (baseline is never dropped
     #: for being slow: this only bounds a hung connection).
     baseline_timeout_ms: Ms = 2_000.0
+    #: A baseline replica that does not answer (frozen, hung) within a share of the deadline
+    #: while another is left: the request is retried there, within a retry budget, and the
+    #: replica skipped for a while (`workers.policy.baseline_retry`).
+    baseline_retry: RetryConfig = RetryConfig()
     #: This client's share of the fleet's RMA budget (e.g. 1 / number of client instances).
     rma_budget_share: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
     #: Seconds of RMA budget the bucket may bank.
@@ -49,6 +54,13 @@ class ClientConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     publish_outcomes: bool = True
     decision_batch_max: Annotated[int, Meta(ge=1, le=10_000)] = 500
     decision_linger_ms: Annotated[float, Meta(ge=0.0, le=60_000.0)] = 200.0
+    #: Share of decision records published, in (0, 1], picked by request-id hash
+    #: (`workers.policy.sampling`: every process and a replay agree). A sampled record says
+    #: its inclusion probability, so the control plane weighs it back up; holdout records
+    #: are always published. At 10^5 requests/s, 0.01 leaves the join 10^3 records a second.
+    #: Labels of requests not logged are not sent either. Before lowering it, the control
+    #: plane must read contract v9.
+    decision_sample: Annotated[float, Meta(gt=0.0, le=1.0)] = 1.0
     #: Share of requests (by request-id hash) in the randomized holdout: no optional work, so
     #: the control plane can measure the lift of the rest against them.
     holdout_fraction: Annotated[float, Meta(ge=0.0, le=0.5)] = 0.01
