@@ -17,6 +17,15 @@ label and pairs them:
   stored, so a flood of labels for unknown ids costs counters only, and a flood of decisions
   costs at most ``max_pending`` entries.
 
+A client that logs a sample of its decisions (``decision_sample``; contract v9) sends only
+the sampled records, each with its inclusion probability pi, and no labels for the rest
+(`workers.policy.sampling`: any labeller can tell them by the request-id hash; a label it
+sends anyway is an orphan). The join treats a sampled record as any other and hands it back
+with ``inclusion`` kept: the estimators weigh it by 1/pi (`streams.control.offpolicy`,
+*Sampled decision records*), so the counts here are of logged records, not of requests.
+Sampling is what bounds the join at ad scale: at pi = 0.01 ``max_pending`` holds a hundred
+times the request rate.
+
 Entries stay for two windows, not one, so that a label one window late is told apart from a
 label for a decision never seen. Time is the caller's ``now_ms`` (the event time in replay and
 in the simulator, the wall clock live); entries are kept in arrival order, so expiry and

@@ -12,7 +12,8 @@ import msgspec
 
 class Moments(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True,
               array_like=True):
-    """Importance-weighted sums of one arm, w = 1/propensity, x = log1p(extras)::
+    """Importance-weighted sums of one arm, w = 1/propensity (over the inclusion probability
+    too for a sampled record: w = v/p, v = 1/inclusion), x = log1p(extras)::
 
         n, Σw, Σw², Σwy, Σw²y, Σw²y²       (SNIPS mean and its delta-method variance)
         Σwx, Σwx², Σwxy, Σwy²               (the regression adjustment)
@@ -152,6 +153,33 @@ def adjusted_gain(baseline: Moments, powerful: Moments) -> tuple[float, float]:
     residual = max(baseline.syy + powerful.syy - beta * sxy, 0.0)
     n_eff = sum(m.w * m.w / m.w2 for m in (baseline, powerful) if m.w2 > 0)
     return raw - beta * dx, dx * dx * residual / (max(n_eff, 1.0) * sxx)
+
+
+def sampled(treated: Moments) -> bool:
+    """Whether any treated round carries a sampling weight above 1: Σv² > n exactly when
+    some v > 1 (at full logging every v is 1, and Σv² = n to the bit)."""
+    return treated.w2 > treated.n + 1e-9
+
+
+def sbm_share_var(counted: list[tuple[float, float]], sbm: float, treated: Moments) -> float:
+    """Delta-method variance of the SBM lift from estimating its shares from a sample::
+
+        sbm = Σ_i v_i c_i / Σ_i v_i,   c_i = gain_s for a powerful round of s, else 0
+        Var = Σ_i v_i² (c_i - sbm)² / (Σ v)²
+            ≈ r (Σ_s P_s (gain_s - sbm)² + (Σ v - Σ_s P_s) sbm²) / (Σ v)²,   r = Σv² / Σv
+
+    (Σ v² over a segment's powerful rounds taken as r P_s: exact when every treated round
+    has one weight, as when a scope's clients share one sample rate).
+
+    :param counted: (P_s, gain_s) of each segment counted in the SBM lift.
+    :param sbm: the SBM lift.
+    :param treated: the treated rounds' sums (Σ v in ``w``, Σ v² in ``w2``).
+    """
+    if treated.w <= 0:
+        return 0.0
+    powerful = sum(p for p, _ in counted)
+    spread = sum(p * (g - sbm) ** 2 for p, g in counted) + max(treated.w - powerful, 0.0) * sbm ** 2
+    return treated.w2 / treated.w * spread / (treated.w * treated.w)
 
 
 def merge(a: Moments, b: Moments) -> Moments:

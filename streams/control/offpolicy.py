@@ -3,8 +3,11 @@
 Every joined decision (``streams.control.labels``) is a logged bandit round i: its segment
 s_i (the context), its arm a_i in {baseline, powerful} (``model``), the probability p_i the
 router gave that arm (``propensity``), its covariate x_i = log1p(extra candidates scored) and
-its observed value y_i. Its weight is w_i = 1/p_i. Holdout rounds (no optional work at all,
-whichever model served them) enter only the lift. The formulas, each kept as running sums
+its observed value y_i, and the probability pi_i that its record was logged at all
+(``inclusion``: the client's ``decision_sample``, 1 for every holdout record and for a
+client that logs every decision). Its sampling weight is v_i = 1/pi_i and its weight in the
+arms w_i = v_i/p_i. Holdout rounds (no optional work at all, whichever model served them)
+enter only the lift. The formulas, each kept as running sums
 (`Moments`: mergeable, exact to replay, small enough for the controller's snapshot):
 
 SNIPS, per segment s and arm a, over the rounds i of s that took a (self-normalised inverse
@@ -47,6 +50,32 @@ with n_powerful,s the treated rounds the powerful model served in s, and xbar th
 candidates sent with a treated request. With no stratum complete the lift is the plain
 difference of means, ybar_T - ybar_H, its variance s_T^2/n_T + s_H^2/n_H.
 
+Sampled decision records (Horvitz-Thompson; the Hajek ratio form). A client that logs a
+share pi of its treated decisions, picked by request-id hash independently of segment, arm
+and holdout (`workers.policy.sampling`), logs a Bernoulli(pi) sample of them; each logged
+round stands for v = 1/pi requests. Every mean above is already a ratio of weighted sums, so
+the treated side takes v_i as its weight (the holdout's is 1)::
+
+    ybar_T  = sum_i v_i y_i / sum_i v_i
+    Var     = sum_i v_i^2 (y_i - ybar_T)^2 / (sum_i v_i)^2 * n/(n-1)
+    n_Tk / n_T  ->  W_k = sum_{i in k} v_i / sum_i v_i       (the strata's and the SBM shares)
+    xbar        ->  sum_i v_i extra_i / sum_i v_i
+
+and the arms' weights become w_i = v_i/p_i (SNIPS, its variance and the adjustment are
+ratios in w, so a single sample rate cancels out of them: the sample only makes them
+noisier, which their n/(n-1) and n_eff already count). What sampling adds is that the
+shares are now estimated from the sample rather than counted over every treated request.
+Their delta-method variance is added when any treated round carries v > 1 (at full logging
+the shares are a census of the joined requests, so the intervals are as before)::
+
+    Var(all) += sum_k (d_k - lift)^2 sum_{i in k} v_i^2 / (sum_i v_i)^2      d_k = ybar_Tk - ybar_Hk
+    Var(sbm) += r (sum_s P_s (gain_s - sbm)^2 + (sum_i v_i - sum_s P_s) sbm^2) / (sum_i v_i)^2
+
+with P_s = sum v over the treated rounds the powerful model served in s and r = sum v^2 /
+sum v over the treated rounds (exact when a scope's clients share one rate; v^2 per
+segment is not kept). With the holdout always logged the lift's interval at pi = 0.01 is
+about sqrt 2 as wide as at full logging: n_T falls to about n_H.
+
 Drift scaling: an arm's sums keep at most n_max = ``sbm.max_effective_n`` rounds. Before
 round n + 1 > n_max is added, every sum S (n, sum w, sum w y, ...) is scaled::
 
@@ -86,7 +115,14 @@ from schemas.contract import (
     SegmentPriority,
 )
 from streams.control.config import LabelsConfig, SbmConfig
-from streams.control.moments import Estimate, Moments, adjusted_gain, estimate
+from streams.control.moments import (
+    Estimate,
+    Moments,
+    adjusted_gain,
+    estimate,
+    sampled,
+    sbm_share_var,
+)
 from streams.control.moments import merge as _merge
 
 _BOUND = 1e6
@@ -148,15 +184,18 @@ class GainEstimator:
         if value is None or not math.isfinite(value):
             return
         max_n = float(self.sbm.max_effective_n)
+        # v: how many requests this logged record stands for (1/inclusion; 1 for holdout
+        # records, always logged, and for a client that logs every decision).
+        v = 1.0 if joined.holdout else joined.sample_weight
         # The lift's sums are never forgotten: treated and holdout must cover the same
         # requests (a moving treated mean against a whole-history holdout mean is biased
         # whenever the lift moves), as the SBM share below must.
-        self._stratify(joined.segment, value, joined.holdout)
+        self._stratify(joined.segment, value, joined.holdout, v)
         if joined.holdout:
             self._holdout = self._holdout.add(value, 1.0)
             return
-        self._treated = self._treated.add(value, 1.0)
-        self._treated_extra += joined.extra
+        self._treated = self._treated.add(value, v)
+        self._treated_extra += v * joined.extra
         seg = self._segments.get(joined.segment)
         if seg is None:
             if len(self._segments) >= self.sbm.max_segments:
@@ -164,22 +203,22 @@ class GainEstimator:
                                                             + self._segments[s].powerful.n, s))
                 del self._segments[victim]
             seg = Arms()
-        weight, x = 1.0 / joined.propensity, math.log1p(joined.extra)
+        weight, x = v / joined.propensity, math.log1p(joined.extra)
         if joined.model == "powerful":
             seg = Arms(baseline=seg.baseline,
                        powerful=seg.powerful.add(value, weight, max_n, x),
-                       powerful_total=seg.powerful_total + 1.0)
+                       powerful_total=seg.powerful_total + v)
         else:
             seg = Arms(baseline=seg.baseline.add(value, weight, max_n, x),
                        powerful=seg.powerful, powerful_total=seg.powerful_total)
         self._segments[joined.segment] = seg
 
-    def _stratify(self, segment: str, value: float, holdout: bool) -> None:
+    def _stratify(self, segment: str, value: float, holdout: bool, v: float) -> None:
         stratum = self._strata.get(segment)
         if stratum is None and len(self._strata) >= self.sbm.max_segments:
-            self._unstratified = _add_to(self._unstratified, value, holdout)
+            self._unstratified = _add_to(self._unstratified, value, holdout, v)
             return
-        self._strata[segment] = _add_to(stratum or Stratum(), value, holdout)
+        self._strata[segment] = _add_to(stratum or Stratum(), value, holdout, v)
 
     # -- per-segment gains -----------------------------------------------------------------
 
@@ -267,22 +306,26 @@ class GainEstimator:
                "rma_per_extra": Estimate()}
         if t.n >= k:
             sbm_mean = sbm_var = 0.0
+            counted: list[tuple[float, float]] = []
             for name in sorted(self._segments):
                 arms = self._segments[name]
                 est = self.gain(name)
                 if (est.measured is None or est.std is None or arms.baseline.n < k
                         or arms.powerful.n < k):
                     continue
-                share = arms.powerful_total / t.n
+                share = arms.powerful_total / t.w
                 sbm_mean += share * est.measured
                 sbm_var += share * share * est.std ** 2
+                counted.append((arms.powerful_total, est.measured))
+            if sampled(t):
+                sbm_var += sbm_share_var(counted, sbm_mean, t)
             out["sbm"] = estimate(sbm_mean, sbm_var, z)
             if h.n >= k:
                 total_mean, total_var = self._all_lift()
                 out["all"] = estimate(total_mean, total_var, z)
                 rma = estimate(total_mean - sbm_mean, total_var + sbm_var, z)
                 out["rma"] = rma
-                extra = self._treated_extra / t.n
+                extra = self._treated_extra / t.w
                 if extra > 0 and rma.measured is not None and rma.std is not None:
                     out["rma_per_extra"] = estimate(rma.measured / extra,
                                                      (rma.std / extra) ** 2, z)
@@ -294,6 +337,8 @@ class GainEstimator:
             mean = Σ_k (n_Tk / n_T)(ybar_Tk - ybar_Hk)
             var  = Σ_k (n_Tk / n_T)² (Var(ybar_Tk) + Var(ybar_Hk))
 
+        W_k = n_Tk / n_T is Σ_k v / Σ v, and with sampled records (v > 1) the variance of the
+        estimated shares is added: Σ_k (d_k - mean)² Σ_{i in k} v_i² / (Σ v)².
         The plain difference of means when no stratum has
         ``min_labels`` on both sides, or when the strata do not hold every outcome the totals
         do (a snapshot from before they were kept)."""
@@ -318,9 +363,12 @@ class GainEstimator:
             parts[largest] = parts[largest].merge(rest)
         mean = var = 0.0
         for s in parts:
-            share = s.treated.n / t.n
+            share = s.treated.w / t.w
             mean += share * (s.treated.mean - s.holdout.mean)
             var += share * share * (s.treated.var_of_mean + s.holdout.var_of_mean)
+        if sampled(t):   # the shares W_k are estimated from the sample
+            var += sum((s.treated.mean - s.holdout.mean - mean) ** 2 * s.treated.w2
+                       for s in parts) / (t.w * t.w)
         return mean, var
 
     def counts(self) -> dict[str, int]:
@@ -384,10 +432,10 @@ def learned_curves(est: GainEstimator, *, rma_units_per_accel_s: float,
     return rma, sbm
 
 
-def _add_to(stratum: Stratum, value: float, holdout: bool) -> Stratum:
+def _add_to(stratum: Stratum, value: float, holdout: bool, v: float = 1.0) -> Stratum:
     if holdout:
         return Stratum(treated=stratum.treated, holdout=stratum.holdout.add(value))
-    return Stratum(treated=stratum.treated.add(value), holdout=stratum.holdout)
+    return Stratum(treated=stratum.treated.add(value, v), holdout=stratum.holdout)
 
 
 def lift_report(scope: str, ts_ms: int, epoch: int, est: GainEstimator,
