@@ -20,8 +20,8 @@ from typing import Any
 
 from sim import best_static, oracle, pool
 from sim.controllers import ALIASES, CONTROLLERS
-from sim.engine import Simulation
 from sim.metrics import read_timeline
+from sim.sampling import make_simulation
 from sim.scenario import Scenario, find_scenario, load_scenario
 from streams.replay_output import dump_json
 
@@ -51,7 +51,7 @@ def run_loaded(sc: Scenario, base: Path, controller: str, out: Path, *,
     if name not in CONTROLLERS:
         raise ValueError(f"unknown controller {controller!r}; known: {', '.join(CONTROLLERS)}, "
                          f"{best_static.NAME} (alias: pid = surplus)")
-    summary = Simulation(sc, base, name, out, progress=progress).run()
+    summary = make_simulation(sc, base, name, out, progress=progress).run()
     wall = summary.pop("_wall_s")
     if progress:
         sys.stderr.write(f"{sc.name} [{name}]: {sc.duration_s:,.0f} s simulated in "
