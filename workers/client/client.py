@@ -319,10 +319,11 @@ class RankingClient:
         deadline_ms = request.deadline_ms
         replicas = max(1, len(self.transport.pool_urls("baseline")))
         tried: list[str] = []
-        timed_out: list[str] = []
+        timed_out: list[tuple[str, float]] = []     # (replica, how long it was waited for)
         for attempt in range(1, replicas + 1):
             others = replicas - attempt
-            left_ms = deadline_ms - (time.perf_counter() - begun) * 1000.0
+            attempt_at = time.perf_counter()
+            left_ms = deadline_ms - (attempt_at - begun) * 1000.0
             wait_ms = retry.attempt_ms(left_ms, others)
             if attempt > 1:
                 request = msgspec.structs.replace(request, deadline_ms=max(left_ms, 1.0))
@@ -338,13 +339,14 @@ class RankingClient:
                     # Scoring has no side effects: a replica that died, is draining or froze
                     # with the request in flight costs a retry on the next one, not the request.
                     if failed.reason == "timeout" and failed.url is not None:
-                        timed_out.append(failed.url)
+                        timed_out.append((failed.url, wait_ms))
                     self.decider.bump("baseline_retry", failed.reason)
                     continue
                 self.decider.bump("baseline_failed", failed.reason)
                 raise RankingError(failed.reason) from None
-            for url in timed_out:    # another answered in time: the next requests avoid it
-                self.transport.mark_down(url, retry.skip_s(timed_out=True, retry_answered=True))
+            answered_ms = (time.perf_counter() - attempt_at) * 1000.0
+            for url, waited_ms in timed_out:    # another answered sooner: the next avoid it
+                self.transport.mark_down(url, retry.skip_s(waited_ms, answered_ms))
             return response
         raise AssertionError("unreachable: the loop returns or raises")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 import aiohttp
 
@@ -32,18 +32,22 @@ from workers.wire import (
 )
 
 #: Baseline call failures worth another replica: it was not reached ("connection"), it went
-#: away with the request in flight ("disconnected"), or it is not serving ("http_503").
+#: away with the request in flight ("disconnected"), or it is not serving ("http_503"). A
+#: "timeout" is retried too when the attempt was cut short for it
+#: (`workers.policy.baseline_retry`).
 RETRY_ON_ANOTHER_REPLICA = frozenset({"connection", "disconnected", "http_503"})
 
 
 class CallFailed(Exception):
     """One call to one replica did not give a usable response; `reason` says why
     (``connection``, ``disconnected``, ``timeout``, ``http_<status>``, ``bad_response``,
-    ``wrong_request_id``, ``no_replica``, ``client``)."""
+    ``wrong_request_id``, ``no_replica``, ``client``), and `url` which replica it was (None
+    when none was picked)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, url: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.url = url
 
 
 class Transport:
@@ -102,30 +106,44 @@ class Transport:
                 return urls
         return self._fixed[model]
 
-    def _next_url(self, model: Model) -> str | None:
+    def mark_down(self, url: str, seconds: float) -> None:
+        """Skip a replica (its rank URL, `CallFailed.url`) for `seconds`, while another of its
+        pool is left: one that timed out while another answered the same request."""
+        if seconds > 0.0:
+            self._down_until[url] = max(self._down_until.get(url, 0.0),
+                                        time.perf_counter() + seconds)
+
+    def _next_url(self, model: Model, avoid: Collection[str] = ()) -> str | None:
         """The next replica of a pool in turn (None: the pool has none), skipping ones that
-        just failed to connect or said they are not ready (while another is left): a dead,
-        starting or draining replica costs one failed call per `replica_down_s`."""
+        just failed to connect, said they are not ready or timed out (while another is left):
+        a dead, starting, draining or frozen replica costs one failed call per skip time.
+        Replicas in `avoid` (tried already for this request) come after every other."""
         urls = self.pool_urls(model)
         if not urls:
             return None
         turn = next(self._turn[model])
         url = urls[turn % len(urls)]
-        if not self._down_until:
+        if not self._down_until and not avoid:
             return url
         now = time.perf_counter()
         for step in range(1, len(urls) + 1):
-            if self._down_until.get(url, 0.0) <= now:
+            if url not in avoid and self._down_until.get(url, 0.0) <= now:
                 return url
             url = urls[(turn + step) % len(urls)]
+        for step in range(len(urls)):    # every one down or tried: one not tried, if any
+            if urls[(turn + step) % len(urls)] not in avoid:
+                return urls[(turn + step) % len(urls)]
         return url
 
     async def call(self, model: Model, request: RankRequest, timeout_s: float,
-                   features: Mapping[str, FeatureValue] | None = None) -> RankResponse:
+                   features: Mapping[str, FeatureValue] | None = None,
+                   avoid: Collection[str] = ()) -> RankResponse:
         """POST one request to the next replica of a pool and read its answer.
 
         ``features`` are the model's named inputs for the caller's candidates: those of the
-        candidates `request` carries go with it (`workers.wire.take_features`).
+        candidates `request` carries go with it (`workers.wire.take_features`). ``avoid``:
+        replicas (`CallFailed.url`) tried already for this request, taken only if no other
+        is left.
 
         :raise CallFailed: the call gave no usable response (the reason names how).
         :raise ContractError: the request cannot be encoded (msgpack: candidates of different
@@ -135,7 +153,7 @@ class Transport:
         if features:
             features = take_features(features, len(request.candidates))
         body = encode_rank_request(request, self._encoding, features)
-        url = self._next_url(model)
+        url = self._next_url(model, avoid)
         if url is None:
             raise CallFailed("no_replica")     # no live replica of this pool (membership)
         try:
@@ -147,20 +165,20 @@ class Transport:
                     if http.status == 503 and model == "baseline":
                         # Not ready (starting, draining): ask the others for a while.
                         self._down_until[url] = time.perf_counter() + self._replica_down_s
-                    raise CallFailed(f"http_{http.status}")
+                    raise CallFailed(f"http_{http.status}", url)
                 content_type = http.headers.get("content-type")
             response = decode_rank_response(payload, content_type)
         except TimeoutError:
-            raise CallFailed("timeout") from None
+            raise CallFailed("timeout", url) from None
         except ContractError:
-            raise CallFailed("bad_response") from None
+            raise CallFailed("bad_response", url) from None
         except aiohttp.ClientError as exc:
             reason = ("disconnected" if isinstance(exc, aiohttp.ServerDisconnectedError)
                       else "connection" if isinstance(exc, aiohttp.ClientConnectionError)
                       else "client")
             if reason != "client":
                 self._down_until[url] = time.perf_counter() + self._replica_down_s
-            raise CallFailed(reason) from None
+            raise CallFailed(reason, url) from None
         if response.request_id != request.request_id:
-            raise CallFailed("wrong_request_id")
+            raise CallFailed("wrong_request_id", url)
         return response

@@ -1,9 +1,11 @@
-"""A baseline replica that is gone (refused, dropped the request mid-flight, or draining) costs
-a retry on the next replica, never the request; the retry is counted with its reason."""
+"""A baseline replica that is gone (refused, dropped the request mid-flight, or draining) or
+frozen (does not answer within its share of the deadline) costs a retry on the next replica,
+never the request; the retry is counted with its reason."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -14,6 +16,7 @@ from tests.unit.client.contract_worker import Worker, serve
 from workers.api import RANK_PATH, Candidate
 from workers.client.client import RankingClient, RankingError
 from workers.client.config import ClientConfig
+from workers.policy.baseline_retry import RetryConfig
 
 CANDIDATES = [Candidate(id=i, sparse=[i], prior=i / 10) for i in range(5)]
 REFUSED = "http://127.0.0.1:9"
@@ -99,3 +102,70 @@ async def test_every_replica_gone_loses_the_request_and_counts_it() -> None:
     decisions = client.summary()["decisions"]
     assert decisions["baseline_retry"] == {"connection": 1}
     assert decisions["baseline_failed"] == {"connection": 1}
+
+
+async def _hanging() -> tuple[TestServer, list[float]]:
+    """A frozen replica: it accepts the connection and the request, and never answers (a
+    process stopped with SIGSTOP, as the kernel still completes its TCP handshakes)."""
+    seen: list[float] = []
+
+    async def hang(request: web.Request) -> web.Response:
+        await request.read()
+        seen.append(time.perf_counter())
+        await asyncio.sleep(30.0)
+        return web.Response(status=500)
+
+    app = web.Application()
+    app.router.add_post(RANK_PATH, hang)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    return server, seen
+
+
+async def test_frozen_replica_costs_a_retry_within_the_deadline_then_is_skipped(
+        healthy: tuple[Worker, str]) -> None:
+    worker, url = healthy
+    frozen, seen = await _hanging()
+    client = RankingClient(ClientConfig(scope="eu1", default_deadline_ms=250.0,
+                                        baseline_urls=[str(frozen.make_url("")).rstrip("/"),
+                                                       url]))
+    try:
+        async with client:
+            latencies = []
+            for _ in range(6):
+                result = await client.rank(segment="s", value=1.0, candidates=CANDIDATES,
+                                           base_count=5)
+                assert result.response.scored == 5
+                latencies.append(result.latency_ms)
+    finally:
+        await frozen.close()
+    decisions = client.summary()["decisions"]
+    assert decisions["baseline_retry"] == {"timeout": 1}    # then skipped while down
+    assert "baseline_failed" not in decisions
+    assert len(seen) == 1 and len(worker.seen) == 6
+    assert 125.0 <= latencies[0] < 250.0                   # half the deadline, then the retry
+    assert worker.seen[0].deadline_ms < 126.0              # the retry carries what is left
+    assert max(latencies[1:]) < 100.0
+
+
+async def test_slow_pool_is_not_emptied_by_its_own_timeouts() -> None:
+    """Every replica slower than half the deadline: the first attempt times out, the retry
+    answers slowly, no replica is skipped, and with the budget spent attempts wait again."""
+    slow = [Worker("baseline", delay_s=0.08), Worker("baseline", delay_s=0.08)]
+    servers = [await serve(w) for w in slow]
+    config = ClientConfig(scope="eu1", default_deadline_ms=100.0,
+                          baseline_urls=[str(s.make_url("")).rstrip("/") for s in servers],
+                          baseline_retry=RetryConfig(budget_burst=2.0, budget_ratio=0.0))
+    client = RankingClient(config)
+    try:
+        async with client:
+            for _ in range(6):
+                result = await client.rank(segment="s", value=1.0, candidates=CANDIDATES,
+                                           base_count=5)
+                assert result.response.scored == 5
+    finally:
+        for s in servers:
+            await s.close()
+    assert client.summary()["decisions"]["baseline_retry"] == {"timeout": 2}   # the budget
+    assert not client.transport._down_until                 # no replica skipped
+    assert len(slow[0].seen) + len(slow[1].seen) == 8
