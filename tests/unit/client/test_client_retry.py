@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from aiohttp import web
@@ -22,6 +22,15 @@ CANDIDATES = [Candidate(id=i, sparse=[i], prior=i / 10) for i in range(5)]
 REFUSED = "http://127.0.0.1:9"
 
 
+async def _replica(handler: Callable[[web.Request], Awaitable[web.Response]]) -> TestServer:
+    """A replica on a loopback port whose rank endpoint is `handler`."""
+    app = web.Application()
+    app.router.add_post(RANK_PATH, handler)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    return server
+
+
 async def _dropper() -> TestServer:
     """A replica that dies with the request in flight: the connection closes, no response."""
     async def drop(request: web.Request) -> web.Response:
@@ -31,11 +40,7 @@ async def _dropper() -> TestServer:
         await asyncio.sleep(1.0)
         return web.Response(status=500)
 
-    app = web.Application()
-    app.router.add_post(RANK_PATH, drop)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    return server
+    return await _replica(drop)
 
 
 @pytest.fixture
@@ -115,11 +120,7 @@ async def _hanging() -> tuple[TestServer, list[float]]:
         await asyncio.sleep(30.0)
         return web.Response(status=500)
 
-    app = web.Application()
-    app.router.add_post(RANK_PATH, hang)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    return server, seen
+    return await _replica(hang), seen
 
 
 async def test_frozen_replica_costs_a_retry_within_the_deadline_then_is_skipped(
