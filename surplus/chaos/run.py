@@ -1,13 +1,14 @@
-"""The edge of `surplus chaos`: the fleet, the nemesis that injects a schedule, the recorder.
+"""The edge of `surplus chaos`: the fleet set up, the schedule sequenced, the history recorded.
 
 The fleet is the fault suite's (`surplus.fleet`): a control plane, two baseline workers and a
 powerful (opportunistic) one, RMA and powerful capacity granted, ranking load through the
 client library; here on a three-node KRaft cluster of its own (replication factor 3), every
 process signing and checking with one key directory, and the client reaching each worker
-through a toxiproxy proxy of its own. The nemesis injects each fault of the schedule
-(`surplus.chaos.schedule`) on a thread of its own, so faults overlap as drawn; a fault whose
-process is still healing from an earlier one (a broker still starting) is recorded as not
-injected rather than piled on. The recorder keeps every request, every targets message
+through a toxiproxy proxy of its own. The nemesis (`surplus.chaos.nemesis`) injects each
+fault of the schedule (`surplus.chaos.schedule`) on a thread of its own, started here at the
+fault's time, so faults overlap as drawn; a fault whose process is still healing from an
+earlier one (a broker still starting) is recorded as not injected rather than piled on. The
+recorder keeps every request, every targets message
 offered to the client, each worker's epoch (scraped every second), every notice, grant and
 forged message, and at the end reads the preemption and dead-letter topics and the control
 plane's join counts back; the history goes to ``history.jsonl`` and the checker
@@ -18,35 +19,25 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
 import json
 import os
-import random
 import secrets
 import signal
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from schemas import kafka_clients
-from schemas.clock import OFFSET_ENV, wall_ms
-from schemas.codec import decode, encode
+from schemas.clock import wall_ms
+from schemas.codec import decode
 from schemas.contract import (
-    CapacityEvent,
-    ControlTargets,
     DeadLetter,
-    Event,
     LiftReport,
-    OperatorOverride,
     PreemptionNotice,
 )
 from schemas.kafka_config import KafkaSettings
@@ -54,11 +45,12 @@ from schemas.signing import Keyring
 from streams.control.config import RmaConfig
 from surplus import localkafka
 from surplus.chaos import history as h
-from surplus.chaos.check import FORGED_EPOCH, Violation, check, counted_labels, summary
+from surplus.chaos.check import Violation, check, counted_labels, summary
 from surplus.chaos.config import ChaosConfig
-from surplus.chaos.schedule import Fault, draw
+from surplus.chaos.nemesis import RESTART_TIMEOUT_S, ChaosError, Nemesis, Recorder, digest
+from surplus.chaos.schedule import draw
 from surplus.fleet.fleet import Fleet
-from surplus.fleet.procs import POWERFUL_POOL, REGION, RMA_POOL, TopicReader, WorkerProc, metric
+from surplus.fleet.procs import REGION, TopicReader, WorkerProc, metric
 from surplus.fleet.toxiproxy import Toxiproxy
 from surplus.topics import apply_topics
 from workers.policy.targets import LocalLimits
@@ -66,16 +58,10 @@ from workers.policy.targets import LocalLimits
 BROKERS = 3
 PARTITIONS = 2
 KEY_ID = "chaos"
-#: Seconds a broker, a control plane or a worker may take to come back before the run fails.
-RESTART_TIMEOUT_S = 180.0
 #: Age past its TTL a target may have when used (`RunInfo.ttl_slack_ms`).
 TTL_SLACK_MS = 1000
 #: Seconds the end waits for the control plane's join to count every label delivered.
 LABELS_SETTLE_S = 60.0
-
-
-class ChaosError(RuntimeError):
-    """The run could not be set up or kept going (not an invariant violation)."""
 
 
 @dataclass
@@ -91,26 +77,6 @@ class Result:
     summary: dict[str, Any]
     violations: list[Violation]
     history_path: Path
-
-
-class Recorder:
-    """What the nemesis did, as history records (appended from its threads)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.records: list[h.Record] = []
-
-    def add(self, record: h.Record) -> None:
-        with self.lock:
-            self.records.append(record)
-
-    def of(self, kind: type[h.Record]) -> list[h.Record]:
-        with self.lock:
-            return [r for r in self.records if isinstance(r, kind)]
-
-
-def _digest(value: bytes) -> str:
-    return hashlib.sha256(value).hexdigest()
 
 
 class Chaos:
@@ -133,15 +99,7 @@ class Chaos:
         self.est_reader: TopicReader | None = None
         self.t0 = 0.0  # load time at which the schedule's clock starts
         self._stop = threading.Event()
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_lock = threading.Lock()
-        self._control_n = 1
-        #: Processes are started on this one thread, alive the whole run: a child dies with
-        #: the thread that started it (`surplus.live.procs`: PR_SET_PDEATHSIG is per thread),
-        #: and each fault's thread ends when the fault heals.
-        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="chaos-spawner")
-        self._errors: list[str] = []
-        self._sent_notices: list[bytes] = []
+        self.nemesis: Nemesis | None = None
 
     # -- set-up ----------------------------------------------------------------------------------
 
@@ -181,6 +139,10 @@ class Chaos:
         # Followed from now on: the topic is compacted, so at the end it would hold only the
         # last few reports, and labels are counted from every one.
         self.est_reader = TopicReader(self.kafka, "estimates")
+        self.nemesis = Nemesis(self.fleet, self.toxi, self.rec, self.keyring, kafka=self.kafka,
+                               cluster_dir=self.cluster_dir, cluster_port=self.port,
+                               brokers=BROKERS, targets=self.reader, seed=self.o.seed,
+                               t0=self.t0, stop=self._stop, say=self.say)
         self.say(f"chaos: fleet up, optional work flowing at {warm:.1f} s of load")
 
     def _proxied(self, worker: WorkerProc) -> str:
@@ -204,282 +166,6 @@ class Chaos:
                 return True
             self._stop.wait(min(left, 0.5))
         return False
-
-    # -- the nemesis -----------------------------------------------------------------------------
-
-    def _lock(self, name: str) -> threading.Lock:
-        with self._locks_lock:
-            return self._locks.setdefault(name, threading.Lock())
-
-    def _inject(self, fault: Fault) -> None:
-        """Run one fault from its start to its healing, holding what it occupies."""
-        held: list[threading.Lock] = []
-        for resource in sorted(fault.resources()):
-            lock = self._lock(resource)
-            if not lock.acquire(blocking=False):
-                for other in held:
-                    other.release()
-                self._record(fault, self.now(), self.now(), ok=False,
-                             detail=f"{resource} still healing from an earlier fault")
-                return
-            held.append(lock)
-        started = self.now()
-        try:
-            detail = getattr(self, f"_do_{fault.kind}")(fault)
-            self._record(fault, started, self.now(), ok=True, detail=detail or "")
-        except Exception as exc:  # a fault that could not be injected is recorded, not fatal
-            self._record(fault, started, self.now(), ok=False,
-                         detail=f"{type(exc).__name__}: {exc}"[:500])
-            self._errors.append(f"{fault.kind}:{fault.target}: {exc}")
-        finally:
-            for lock in held:
-                lock.release()
-
-    def _record(self, fault: Fault, t: float, end_t: float, *, ok: bool, detail: str) -> None:
-        self.rec.add(h.FaultRecord(t=round(t, 3), end_t=round(end_t, 3), kind=fault.kind,
-                                   target=fault.target, param=fault.param,
-                                   baseline_path=fault.on_baseline_path, ok=ok, detail=detail))
-        mark = "" if ok else " (not injected)"
-        t, end_t = t - self.t0, end_t - self.t0
-        self.say(f"  {t:7.1f}s {fault.kind:<13} {fault.target:<5} {fault.param:<22} "
-                 f"healed {end_t:7.1f}s{mark} {detail[:80]}")
-
-    def _hold(self, fault: Fault) -> None:
-        self._stop.wait(fault.hold_s)
-
-    def _node_pid(self, node: int) -> int:
-        status = localkafka.cluster_status(self.cluster_dir)
-        if status is None:
-            raise ChaosError("the cluster is not running")
-        return status.node(node).pid
-
-    def _do_broker_kill(self, fault: Fault) -> str:
-        os.killpg(self._node_pid(int(fault.target)), signal.SIGKILL)
-        self._hold(fault)
-        info, _ = self._spawner.submit(
-            lambda: localkafka.up_cluster(BROKERS, port=self.port, data_dir=self.cluster_dir,
-                                          timeout_s=RESTART_TIMEOUT_S)).result()
-        return f"node {fault.target} back in {info.started_in_s or 0:.1f} s"
-
-    def _do_broker_pause(self, fault: Fault) -> str:
-        pid = self._node_pid(int(fault.target))
-        os.killpg(pid, signal.SIGSTOP)
-        try:
-            self._hold(fault)
-        finally:
-            os.killpg(pid, signal.SIGCONT)
-        return ""
-
-    def _do_control_kill(self, fault: Fault) -> str:
-        assert self.fleet is not None
-        self.fleet.controls[-1].kill()
-        self._hold(fault)
-        self._control_n += 1
-        name = f"cp{self._control_n}"
-        fleet = self.fleet
-        self._spawner.submit(lambda: fleet.control_plane(name)).result()
-        return f"{name} started"
-
-    def _restart(self, name: str, env: dict[str, str] | None = None) -> WorkerProc:
-        assert self.fleet is not None and self.toxi is not None
-        fleet = self.fleet
-        worker = self._spawner.submit(
-            lambda: fleet.restart_worker(name, env=env, timeout_s=RESTART_TIMEOUT_S)).result()
-        self.toxi.set_upstream(name, worker.port)
-        return worker
-
-    def _do_worker_kill(self, fault: Fault) -> str:
-        assert self.fleet is not None
-        self.fleet.workers[fault.target].kill()
-        self._hold(fault)
-        self._restart(fault.target)
-        return ""
-
-    def _do_worker_freeze(self, fault: Fault) -> str:
-        assert self.fleet is not None
-        worker = self.fleet.workers[fault.target]
-        worker.send(signal.SIGSTOP)
-        try:
-            self._hold(fault)
-        finally:
-            worker.send(signal.SIGCONT)
-        return ""
-
-    def _do_net_delay(self, fault: Fault) -> str:
-        assert self.toxi is not None
-        ms = int(fault.param)  # toxiproxy takes whole milliseconds only
-        self.toxi.add_toxic(fault.target, "latency_down", "latency", "downstream",
-                            latency=ms, jitter=ms // 4)
-        try:
-            self._hold(fault)
-        finally:
-            self.toxi.clear(fault.target)
-        return ""
-
-    def _do_net_cut(self, fault: Fault) -> str:
-        assert self.toxi is not None
-        self.toxi.set_enabled(fault.target, False)
-        try:
-            self._hold(fault)
-        finally:
-            self.toxi.clear(fault.target)
-        return ""
-
-    def _do_clock_jump(self, fault: Fault) -> str:
-        self._restart(fault.target, env={OFFSET_ENV: fault.param})
-        self._hold(fault)
-        self._restart(fault.target, env={OFFSET_ENV: "0"})
-        return "restarted with its clock off, then set right"
-
-    # -- messages --------------------------------------------------------------------------------
-
-    def _produce(self, topic: str, key: str, value: bytes) -> float | None:
-        """Publish and wait for the broker's answer: load time of the ack, None if refused
-        or not answered within 30 s."""
-        assert self.kafka is not None
-        producer = kafka_clients.producer(self.kafka, **{"linger.ms": 0})
-        acked: list[float] = []
-
-        def delivered(err: object, _msg: object) -> None:
-            if err is None:
-                acked.append(self.now())
-
-        producer.produce(self.kafka.topic(topic), key=key.encode(), value=value,
-                         on_delivery=delivered)
-        producer.flush(30)
-        return acked[0] if acked else None
-
-    def _direct(self, notice: PreemptionNotice) -> float | None:
-        """POST the signed notice straight to the powerful replica (as its scheduler or
-        capacity agent does); load time of its answer, None when it gave none."""
-        assert self.fleet is not None
-        worker = self.fleet.workers["p1"]
-        body = encode(notice)
-        headers = {"Content-Type": "application/json",
-                   **self.keyring.sign_request(body, wall_ms())}
-        req = urllib.request.Request(f"{worker.url}/v1/preempt", data=body, headers=headers,
-                                     method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=2.0) as resp:
-                resp.read()
-                return self.now()
-        except (urllib.error.URLError, OSError):
-            return None
-
-    def _notice(self, pool: str, replicas: list[str], deadline_s: float, n: int
-                ) -> h.NoticeRecord:
-        """A signed notice reclaiming the whole grant of ``pool`` (or ``replicas`` of it:
-        the powerful pool's one replica is all of it), on Kafka and, for the powerful
-        pool, straight to its replica."""
-        now_ms = wall_ms()
-        notice = self.keyring.sign(PreemptionNotice(
-            notice_id=f"chaos-{self.o.seed}-{now_ms}-{n}", ts_ms=now_ms, region=REGION,
-            pool_id=pool, replicas=replicas, deadline_ms=now_ms + int(deadline_s * 1000),
-            accelerator="a100", accelerator_units=8.0 if pool == POWERFUL_POOL else 4.0))
-        t = self.now()
-        reclaims = pool == POWERFUL_POOL
-        direct = self._direct(notice) if reclaims else None
-        acked_t = self._produce("preemption", REGION, encode(notice))
-        record = h.NoticeRecord(t=round(t, 3), notice_id=notice.notice_id, pool=pool,
-                                replicas=replicas, deadline_t=round(t + deadline_s, 3),
-                                acked=acked_t is not None, acked_t=acked_t,
-                                reclaims_replica=reclaims, direct_t=direct)
-        self.rec.add(record)
-        self._sent_notices.append(encode(notice))
-        return record
-
-    def _grant(self, pool: str) -> None:
-        assert self.fleet is not None
-        t = self.now()
-        acked = True
-        try:
-            self.fleet.grant(pool)
-        except AssertionError:
-            acked = False
-        self.rec.add(h.GrantRecord(t=round(t, 3), pool=pool, acked=acked))
-
-    def _rng(self, fault: Fault) -> random.Random:
-        return random.Random(f"{self.o.seed}:{fault.at_s}:{fault.kind}")
-
-    def _do_notice_storm(self, fault: Fault) -> str:
-        rng = self._rng(fault)
-        size = int(fault.param or "6")
-        records = []
-        for n in range(size):
-            pool, replicas = rng.choice([(POWERFUL_POOL, []), (POWERFUL_POOL, ["p1"]),
-                                         (RMA_POOL, [])])
-            deadline_s = rng.choice((0.0, 0.5, 1.0, 2.0))
-            records.append(self._notice(pool, replicas, deadline_s, n))
-        self._hold(fault)
-        self._grant(POWERFUL_POOL)
-        self._grant(RMA_POOL)
-        acked = sum(r.acked for r in records)
-        direct = sum(r.direct_t is not None for r in records)
-        return f"{len(records)} notices ({acked} acked, {direct} straight to p1), re-granted"
-
-    def _genuine_targets(self) -> list[bytes]:
-        assert self.reader is not None
-        return [m.value() for m in list(self.reader.messages) if m.value()]
-
-    def _do_duplicate(self, fault: Fault) -> str:
-        targets = self._genuine_targets()[-3:]
-        for value in targets:
-            self._produce("targets", REGION, value)
-        notices = self._sent_notices[-2:]
-        for value in notices:
-            notice = decode(PreemptionNotice, value)
-            t = self.now()
-            acked_t = self._produce("preemption", REGION, value)
-            self.rec.add(h.NoticeRecord(t=round(t, 3), notice_id=notice.notice_id,
-                                        pool=notice.pool_id, replicas=list(notice.replicas),
-                                        deadline_t=round(t, 3), acked=acked_t is not None,
-                                        acked_t=acked_t))
-        return f"{len(targets)} targets, {len(notices)} notices again"
-
-    def _do_reorder(self, fault: Fault) -> str:
-        targets = self._genuine_targets()[-6:]
-        for value in reversed(targets):
-            self._produce("targets", REGION, value)
-        return f"{len(targets)} targets, newest first"
-
-    def _forge(self, topic: str, how: str, rng: random.Random) -> Event:
-        now = wall_ms()
-        event: Event
-        if topic == "preemption":
-            event = PreemptionNotice(notice_id=f"forged-{now}", ts_ms=now, region=REGION,
-                                     pool_id=POWERFUL_POOL, deadline_ms=now,
-                                     accelerator="a100", accelerator_units=8.0)
-        elif topic == "capacity":
-            event = CapacityEvent(event_id=f"forged-{now}", ts_ms=now, region=REGION,
-                                  pool_id=RMA_POOL, kind="grant", accelerator="a100",
-                                  accelerator_units=64.0, cpu_units=512.0,
-                                  expires_at_ms=now + 600_000)
-        elif topic == "overrides":
-            event = OperatorOverride(scope=REGION, issued_at_ms=now, ttl_ms=600_000,
-                                     reason="forged by the nemesis", kill=True)
-        else:
-            genuine = self._genuine_targets()
-            if not genuine:
-                raise ChaosError("no genuine targets to forge from yet")
-            model = decode(ControlTargets, genuine[-1])
-            event = ControlTargets(scope=REGION, epoch=FORGED_EPOCH + rng.randrange(10**6),
-                                   issued_at_ms=now, ttl_ms=model.ttl_ms, rma=model.rma,
-                                   sbm=model.sbm)
-        if how == "unknown_key":
-            return Keyring({"forger": secrets.token_hex(32)}, "forger").sign(event)
-        if how == "bad_signature":
-            return Keyring({KEY_ID: secrets.token_hex(32)}, KEY_ID).sign(event)
-        return event
-
-    def _do_forge(self, fault: Fault) -> str:
-        topic, how = fault.param.split(":", 1)
-        event = self._forge(topic, how, self._rng(fault))
-        value = encode(event)
-        t = self.now()
-        acked_t = self._produce(topic, REGION, value)
-        self.rec.add(h.ForgedRecord(t=round(t, 3), topic=topic, how=how, digest=_digest(value),
-                                    acked=acked_t is not None))
-        return f"{type(event).__name__} {how}"
 
     # -- watching --------------------------------------------------------------------------------
 
@@ -523,7 +209,7 @@ class Chaos:
                 letter = decode(DeadLetter, value)
                 self.rec.add(h.DeadLetterRecord(
                     source_topic=letter.source_topic, reason=letter.reason,
-                    digest=_digest(base64.b64decode(letter.value_b64))))
+                    digest=digest(base64.b64decode(letter.value_b64))))
 
     def _labels(self, delivered: int, sent: int) -> None:
         """Every LiftReport of the scope (followed through the run), read on until the join
@@ -607,13 +293,13 @@ class Chaos:
         threads: list[threading.Thread] = []
         try:
             self._start()
-            assert self.fleet is not None
+            assert self.fleet is not None and self.nemesis is not None
             watcher = threading.Thread(target=self._watch, name="chaos-watch", daemon=True)
             watcher.start()
             for fault in self.schedule:
                 if not self._sleep_until(self.t0 + fault.at_s):
                     break
-                thread = threading.Thread(target=self._inject, args=(fault,),
+                thread = threading.Thread(target=self.nemesis.inject, args=(fault,),
                                           name=f"nemesis-{fault.kind}", daemon=True)
                 thread.start()
                 threads.append(thread)
@@ -645,7 +331,7 @@ class Chaos:
         history = h.History(records)
         violations = check(history)
         result = summary(history, violations)
-        result["errors"] = self._errors
+        result["errors"] = [] if self.nemesis is None else self.nemesis.errors
         result["crashed"] = crashed
         result["schedule"] = [msgspec.to_builtins(f) for f in self.schedule]
         (self.out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
@@ -668,7 +354,8 @@ class Chaos:
                 self.fleet.stop()
         if self.toxi is not None:
             self.toxi.stop()
-        self._spawner.shutdown(wait=False)
+        if self.nemesis is not None:
+            self.nemesis.close()
         status = localkafka.cluster_status(self.cluster_dir)
         if status is not None:
             for node in status.nodes:  # a paused node cannot stop
