@@ -1,6 +1,8 @@
 """What a chaos run saw, one record a line (JSONL): the history the checker judges.
 
 Pure: typed records and their encoding; writing the file is the run's (``surplus.chaos.run``).
+A request and a targets offer are the load's own records (`surplus.fleet.records`), written as
+they are.
 Times ``t`` are seconds since the load started on the run's monotonic clock (the clock no
 fault moves); ``wall_ms`` is the run's own wall clock, which no fault moves either (clock jumps
 are applied to the processes the run starts, never to itself).
@@ -11,6 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 import msgspec
+
+from surplus.fleet.records import Request, TargetOffer
+
+__all__ = ["DeadLetterRecord", "Estimate", "FaultRecord", "ForgedRecord", "GrantRecord",
+           "History", "LabelTotals", "NoticeRecord", "ReadBack", "Record", "Request",
+           "RunInfo", "TargetOffer", "WorkerEpoch", "decode_lines", "encode"]
 
 
 class RunInfo(msgspec.Struct, frozen=True, kw_only=True, tag="run"):
@@ -32,43 +40,6 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True, tag="run"):
     #: Seconds after a fault on the baseline path ends during which SLA windows still count
     #: as faulted (the replica's restart and the client's retries settling).
     settle_s: float
-
-
-class Request(msgspec.Struct, frozen=True, tag="request"):
-    """One ranking request, as the client saw it, with the targets it was decided under."""
-
-    t: float
-    end_t: float
-    request_id: str
-    served: bool
-    latency_ms: float
-    error: str | None = None
-    model: str = "baseline"
-    routed: str = "baseline"
-    fell_back: str | None = None
-    #: Extra candidates the client decided to send (RMA) and those a replica scored.
-    extra: int = 0
-    optional_scored: int = 0
-    #: The run's wall clock when the client decided.
-    wall_ms: int = 0
-    #: The targets the client held then (-1: none), when they were issued (the control
-    #: plane's clock) and their TTL; whether the effective targets said baseline only.
-    epoch: int = -1
-    issued_at_ms: int = 0
-    ttl_ms: int = 0
-    baseline_only: bool = True
-
-
-class TargetOffer(msgspec.Struct, frozen=True, tag="target"):
-    """A targets message offered to the client (from Kafka) and its verdict."""
-
-    t: float
-    wall_ms: int
-    epoch: int
-    issued_at_ms: int
-    ttl_ms: int
-    accepted: bool
-    reason: str
 
 
 class WorkerEpoch(msgspec.Struct, frozen=True, tag="worker_epoch"):

@@ -257,16 +257,10 @@ class Chaos:
         for s in load.samples:
             if s.t < shift:
                 continue
-            out.append(h.Request(
-                t=round(s.t - shift, 4), end_t=round(s.end_t - shift, 4),
-                request_id=s.request_id, served=s.served, latency_ms=round(s.latency_ms, 2),
-                error=s.error, model=s.model, routed=s.routed, fell_back=s.fell_back,
-                extra=s.extra_sent, optional_scored=s.optional_scored, wall_ms=s.wall_ms,
-                epoch=s.epoch, issued_at_ms=s.issued_at_ms, ttl_ms=s.ttl_ms,
-                baseline_only=s.baseline_only))
-        out += [h.TargetOffer(t=round(o.t - shift, 4), wall_ms=o.wall_ms, epoch=o.epoch,
-                              issued_at_ms=o.issued_at_ms, ttl_ms=o.ttl_ms,
-                              accepted=o.accepted, reason=o.reason) for o in load.offers]
+            out.append(msgspec.structs.replace(
+                s, t=round(s.t - shift, 4), end_t=round(s.end_t - shift, 4),
+                latency_ms=round(s.latency_ms, 2)))
+        out += [msgspec.structs.replace(o, t=round(o.t - shift, 4)) for o in load.offers]
 
         def shifted(record: h.Record) -> h.Record:
             changes = {name: round(getattr(record, name) - shift, 3)

@@ -4,9 +4,9 @@ A `LoadRunner` runs a `RankingClient` (targets from Kafka, HTTP to real worker p
 event loop of its own thread, so a test's main thread can stop brokers and kill processes while
 load keeps arriving at a fixed rate. Requests are started on schedule whether or not earlier
 ones finished (open loop): a stalled worker shows up as latency and loss, not as a slower
-generator. Every request leaves one `Sample`; `Window` turns a time slice of samples into the
-figures the fault tests print and check: load held, baseline loss by reason, optional work done
-and shed by reason.
+generator. Every request leaves one `Request` record (`surplus.fleet.records`); `Window` turns
+a time slice of them into the figures the fault tests print and check: load held, baseline loss
+by reason, optional work done and shed by reason.
 """
 
 from __future__ import annotations
@@ -27,49 +27,10 @@ from schemas.heap import freeze_startup_heap
 from schemas.kafka_config import KafkaSettings
 from schemas.signing import Keyring
 from surplus.fleet.procs import NUM_DENSE, NUM_SPARSE, REGION
+from surplus.fleet.records import Request, TargetOffer
 from workers.api import Candidate
 from workers.client.client import RankingClient, RankingError
 from workers.client.config import ClientConfig
-
-
-@dataclass(frozen=True)
-class Sample:
-    """What happened to one request (times in seconds since the runner started)."""
-
-    t: float
-    latency_ms: float
-    served: bool
-    error: str | None = None
-    model: str = "baseline"
-    routed: str = "baseline"
-    fell_back: str | None = None
-    extra_sent: int = 0
-    optional_scored: int = 0
-    optional_shed: int = 0
-    shed_reason: str | None = None
-    request_id: str = ""
-    #: When the answer (or the failure) came, in the same time base as ``t``.
-    end_t: float = 0.0
-    #: The wall clock when the client decided, and the targets it held then (epoch -1: none;
-    #: issued on the control plane's clock; TTL) and whether they said baseline only.
-    wall_ms: int = 0
-    epoch: int = -1
-    issued_at_ms: int = 0
-    ttl_ms: int = 0
-    baseline_only: bool = True
-
-
-@dataclass(frozen=True)
-class Offer:
-    """A targets message the client was offered (from Kafka), and its verdict."""
-
-    t: float
-    wall_ms: int
-    epoch: int
-    issued_at_ms: int
-    ttl_ms: int
-    accepted: bool
-    reason: str
 
 
 @dataclass
@@ -78,7 +39,7 @@ class Window:
 
     t0: float
     t1: float
-    samples: list[Sample]
+    samples: list[Request]
     sent: int = 0
     served: int = 0
     lost: Counter[str] = field(default_factory=Counter)
@@ -159,8 +120,8 @@ class LoadRunner:
         self.base, self.extra = base, extra
         self.signing_key = signing_key
         self.max_in_flight = max_in_flight
-        self.samples: list[Sample] = []
-        self.offers: list[Offer] = []
+        self.samples: list[Request] = []
+        self.offers: list[TargetOffer] = []
         self.label_share = label_share
         self.labelled: list[str] = []
         self.dropped_by_generator = 0
@@ -262,8 +223,8 @@ class LoadRunner:
             verdict = offer(targets, now_ms)
             # Offers read as the client starts (catching up) come before the load's clock.
             at = self.now() if self._t0 else 0.0
-            self.offers.append(Offer(at, now_ms, targets.epoch, targets.issued_at_ms,
-                                     targets.ttl_ms, verdict.accepted, verdict.reason))
+            self.offers.append(TargetOffer(at, now_ms, targets.epoch, targets.issued_at_ms,
+                                           targets.ttl_ms, verdict.accepted, verdict.reason))
             return verdict
 
         decider.offer = recorded  # type: ignore[method-assign]
@@ -289,24 +250,24 @@ class LoadRunner:
                                        dense=[rng.random() for _ in range(NUM_DENSE)],
                                        request_id=f"r{n}")
         except RankingError as exc:
-            self.samples.append(Sample(t=started - self._t0,
-                                       latency_ms=(time.monotonic() - started) * 1000,
-                                       served=False, error=exc.reason, end_t=self.now(),
-                                       **seen))  # type: ignore[arg-type]
+            self.samples.append(Request(t=started - self._t0,
+                                        latency_ms=(time.monotonic() - started) * 1000,
+                                        served=False, error=exc.reason, end_t=self.now(),
+                                        **seen))  # type: ignore[arg-type]
             return
         except Exception as exc:  # anything else is a bug in the client: record it loudly
-            self.samples.append(Sample(t=started - self._t0,
-                                       latency_ms=(time.monotonic() - started) * 1000,
-                                       served=False, error=f"client_bug:{type(exc).__name__}",
-                                       end_t=self.now(), **seen))  # type: ignore[arg-type]
+            self.samples.append(Request(t=started - self._t0,
+                                        latency_ms=(time.monotonic() - started) * 1000,
+                                        served=False, error=f"client_bug:{type(exc).__name__}",
+                                        end_t=self.now(), **seen))  # type: ignore[arg-type]
             return
         finally:
             self._in_flight -= 1
         resp = result.response
-        self.samples.append(Sample(
+        self.samples.append(Request(
             t=started - self._t0, latency_ms=result.latency_ms, served=True, model=resp.model,
             routed=result.decision.model, fell_back=result.fell_back,
-            extra_sent=result.decision.extra, optional_scored=resp.optional_scored,
+            extra=result.decision.extra, optional_scored=resp.optional_scored,
             optional_shed=resp.optional_shed, shed_reason=resp.shed_reason, end_t=self.now(),
             **seen))  # type: ignore[arg-type]
         if self.label_share and rng.random() < self.label_share:

@@ -1,5 +1,6 @@
 """Open-loop ranking load, from `surplus.fleet.load` (shared with `surplus chaos`)."""
 
-from surplus.fleet.load import LoadRunner, Sample, Window
+from surplus.fleet.load import LoadRunner, Window
+from surplus.fleet.records import Request
 
-__all__ = ["LoadRunner", "Sample", "Window"]
+__all__ = ["LoadRunner", "Request", "Window"]

@@ -204,7 +204,7 @@ def _client_fail_safe(load: LoadRunner, t0: float, t1: float) -> float | None:
     samples = sorted((s for s in load.samples if t0 <= s.t < t1), key=lambda s: s.t)
     start = None
     for s in samples:
-        if s.extra_sent == 0 and s.routed == "baseline":
+        if s.extra == 0 and s.routed == "baseline":
             start = s.t if start is None else start
         else:
             start = None
