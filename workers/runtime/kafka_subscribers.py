@@ -15,12 +15,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from schemas import kafka_clients, signing
 from schemas.clock import wall_ms, wall_ms_fine
-from schemas.codec import ContractError, codec_for
-from schemas.contract import ControlTargets, PreemptionNotice
+from schemas.codec import Codec, ContractError, codec_for
+from schemas.contract import ControlTargets, Event, PreemptionNotice
 from schemas.kafka_clients import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -41,6 +41,8 @@ LIBRDKAFKA_LOG = logging.getLogger("surplus.worker.kafka.librdkafka")
 #: How often each consumer's lag is read into its gauge (a local call, no broker round trip).
 LAG_EVERY_S = 1.0
 
+
+E = TypeVar("E", bound=Event)
 
 _targets_codec = codec_for(ControlTargets)
 
@@ -139,6 +141,18 @@ class Subscriber(threading.Thread):
         key_id = event.key_id if isinstance(event.key_id, str) else "none"
         self.io.deadletters.send(msg, f"{kind}: {refusal} (key id {key_id}; keys held {held})")
 
+    def decode(self, msg: Message, codec: Codec[E]) -> E | str:
+        """The message's event, or why there is none: ``tombstone`` (no value) or
+        ``deadletter`` (not in the contract; dead-lettered with the codec's reason)."""
+        value = msg.value()
+        if value is None:
+            return "tombstone"
+        try:
+            return codec.decode(value)
+        except ContractError as exc:
+            self.io.deadletters.send(msg, str(exc))
+            return "deadletter"
+
     def at_end(self, partition: int) -> None:
         """Reached the current end of a partition."""
 
@@ -166,14 +180,9 @@ class TargetsSubscriber(Subscriber):
         key = msg.key()
         if key is not None and key != region.encode():
             return "other_scope"
-        value = msg.value()
-        if value is None:
-            return "tombstone"
-        try:
-            targets = _targets_codec.decode(value)
-        except ContractError as exc:
-            self.io.deadletters.send(msg, str(exc))
-            return "deadletter"
+        targets = self.decode(msg, _targets_codec)
+        if isinstance(targets, str):
+            return targets
         verdict = self.worker.offer_targets(targets).reason
         if verdict in signing.REFUSALS:
             self.refuse(msg, "ControlTargets", verdict, targets)
@@ -206,14 +215,9 @@ class PreemptionSubscriber(Subscriber):
 
     def handle(self, msg: Message) -> str:
         read_ms = wall_ms_fine()
-        value = msg.value()
-        if value is None:
-            return "tombstone"
-        try:
-            notice = _notice_codec.decode(value)
-        except ContractError as exc:
-            self.io.deadletters.send(msg, str(exc))
-            return "deadletter"
+        notice = self.decode(msg, _notice_codec)
+        if isinstance(notice, str):
+            return notice
         refusal = self.worker.notice_refusal(notice, path="kafka")
         if refusal is not None:
             self.refuse(msg, "PreemptionNotice", refusal, notice)
