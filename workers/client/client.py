@@ -305,9 +305,9 @@ class RankingClient:
                         features: Mapping[str, FeatureValue] | None = None) -> RankResponse:
         """Baseline pool: the call that must succeed. After a fallback, only baseline work is
         sent, with what is left of the deadline. A replica that is gone
-        (`RETRY_ON_ANOTHER_REPLICA`), or does not answer within its share of the deadline
-        (`workers.policy.baseline_retry`: a frozen replica), costs a retry on another one,
-        with what is left of the deadline, not the request."""
+        (`RETRY_ON_ANOTHER_REPLICA`) costs a retry on another one; one that has not answered
+        after a share of the deadline (frozen, hung) is hedged on another
+        (`workers.policy.baseline_retry`), and the first answer serves the request."""
         if fallback:
             left_ms = request.deadline_ms - (time.perf_counter() - started) * 1000.0
             request = msgspec.structs.replace(
@@ -318,45 +318,75 @@ class RankingClient:
         begun = time.perf_counter()
         deadline_ms = request.deadline_ms
         replicas = max(1, len(self.transport.pool_urls("baseline")))
+        hung_s = self.config.baseline_timeout_ms / 1000.0
         tried: list[str] = []
-        timed_out: list[tuple[str, float]] = []     # (replica, how long it was waited for)
-        for attempt in range(1, replicas + 1):
-            others = replicas - attempt
-            attempt_at = time.perf_counter()
-            left_ms = deadline_ms - (attempt_at - begun) * 1000.0
-            wait_ms = retry.attempt_ms(left_ms, others)
-            if attempt > 1:
-                request = msgspec.structs.replace(request, deadline_ms=max(left_ms, 1.0))
-            try:
-                response = await self._call("baseline", request, wait_ms / 1000.0, features,
-                                            avoid=tried)
-            except CallFailed as failed:
-                if failed.url is not None:
-                    tried.append(failed.url)
-                if others and (failed.reason in RETRY_ON_ANOTHER_REPLICA
-                               or (failed.reason == "timeout"
-                                   and retry.retry_after_timeout(wait_ms, others))):
-                    # Scoring has no side effects: a replica that died, is draining or froze
-                    # with the request in flight costs a retry on the next one, not the request.
-                    if failed.reason == "timeout" and failed.url is not None:
-                        timed_out.append((failed.url, wait_ms))
-                    self.decider.bump("baseline_retry", failed.reason)
+        #: Calls in flight: the replica each went to and when it started.
+        flights: dict[asyncio.Task[RankResponse], tuple[str | None, float]] = {}
+        hedge_at: float | None = None
+        failed: CallFailed | None = None
+
+        def send() -> None:
+            nonlocal hedge_at
+            now = time.perf_counter()
+            left_ms = deadline_ms - (now - begun) * 1000.0
+            sent = request if not tried else msgspec.structs.replace(
+                request, deadline_ms=max(left_ms, 1.0))
+            url = self.transport.pick("baseline", tried)
+            if url is not None:
+                tried.append(url)
+            flights[asyncio.ensure_future(
+                self._call("baseline", sent, hung_s, features, url))] = (url, now)
+            wait_ms = retry.hedge_after_ms(left_ms, replicas - len(tried))
+            hedge_at = None if wait_ms is None else now + wait_ms / 1000.0
+
+        send()
+        try:
+            while flights:
+                timeout = (None if hedge_at is None
+                           else max(0.0, hedge_at - time.perf_counter()))
+                done, _ = await asyncio.wait(flights, timeout=timeout,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if not done:     # slow: hedge it on another replica, budget allowing
+                    hedge_at = None
+                    if retry.take_hedge():
+                        self.decider.bump("baseline_hedge", "slow")
+                        send()
                     continue
-                self.decider.bump("baseline_failed", failed.reason)
-                raise RankingError(failed.reason) from None
-            answered_ms = (time.perf_counter() - attempt_at) * 1000.0
-            for url, waited_ms in timed_out:    # another answered sooner: the next avoid it
-                self.transport.mark_down(url, retry.skip_s(waited_ms, answered_ms))
-            return response
-        raise AssertionError("unreachable: the loop returns or raises")
+                for task in done:
+                    _, at = flights.pop(task)
+                    try:
+                        response = task.result()
+                    except CallFailed as exc:
+                        failed = exc
+                        if exc.reason in RETRY_ON_ANOTHER_REPLICA and len(tried) < replicas:
+                            # Scoring has no side effects: a replica that died (or is
+                            # draining) with the request in flight costs a retry on the
+                            # next one, not the request.
+                            self.decider.bump("baseline_retry", exc.reason)
+                            send()
+                        continue
+                    answered_ms = (time.perf_counter() - at) * 1000.0
+                    for slow, slow_at in flights.values():    # a hedge won: skip the slow
+                        if slow is not None:
+                            self.transport.mark_down(
+                                slow, retry.skip_s((at - slow_at) * 1000.0, answered_ms))
+                    return response
+        finally:
+            for task in flights:
+                task.cancel()
+            if flights:
+                await asyncio.gather(*flights, return_exceptions=True)
+        assert failed is not None
+        self.decider.bump("baseline_failed", failed.reason)
+        raise RankingError(failed.reason) from None
 
     async def _call(self, model: Model, request: RankRequest, timeout_s: float,
                     features: Mapping[str, FeatureValue] | None = None,
-                    avoid: Sequence[str] = ()) -> RankResponse:
-        """One call to the next replica of a pool (not one in `avoid` while another is left);
-        what came of it feeds client-side shedding."""
+                    url: str | None = None) -> RankResponse:
+        """One call to a replica of a pool (`url`; None: the next in turn); what came of it
+        feeds client-side shedding."""
         try:
-            response = await self.transport.call(model, request, timeout_s, features, avoid)
+            response = await self.transport.call(model, request, timeout_s, features, url)
         except CallFailed as failed:
             self.decider.observe(None, self._clock(), error=failed.reason, model=model)
             raise

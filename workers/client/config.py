@@ -39,9 +39,10 @@ class ClientConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     #: How long a baseline call may take before it counts as failed (baseline is never dropped
     #: for being slow: this only bounds a hung connection).
     baseline_timeout_ms: Ms = 2_000.0
-    #: A baseline replica that does not answer (frozen, hung) within a share of the deadline
-    #: while another is left: the request is retried there, within a retry budget, and the
-    #: replica skipped for a while (`workers.policy.baseline_retry`).
+    #: A baseline call not answered within a share of the deadline (a frozen or hung
+    #: replica) while another replica is left: the request is hedged there, within a hedge
+    #: budget, and a replica the hedge beat skipped for a while
+    #: (`workers.policy.baseline_retry`).
     baseline_retry: RetryConfig = RetryConfig()
     #: This client's share of the fleet's RMA budget (e.g. 1 / number of client instances).
     rma_budget_share: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0

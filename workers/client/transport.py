@@ -32,9 +32,8 @@ from workers.wire import (
 )
 
 #: Baseline call failures worth another replica: it was not reached ("connection"), it went
-#: away with the request in flight ("disconnected"), or it is not serving ("http_503"). A
-#: "timeout" is retried too when the attempt was cut short for it
-#: (`workers.policy.baseline_retry`).
+#: away with the request in flight ("disconnected"), or it is not serving ("http_503"). One
+#: that is slow or frozen is not failed but hedged (`workers.policy.baseline_retry`).
 RETRY_ON_ANOTHER_REPLICA = frozenset({"connection", "disconnected", "http_503"})
 
 
@@ -108,15 +107,15 @@ class Transport:
 
     def mark_down(self, url: str, seconds: float) -> None:
         """Skip a replica (its rank URL, `CallFailed.url`) for `seconds`, while another of its
-        pool is left: one that timed out while another answered the same request."""
+        pool is left: one that a hedge on another replica beat (`baseline_retry`)."""
         if seconds > 0.0:
             self._down_until[url] = max(self._down_until.get(url, 0.0),
                                         time.perf_counter() + seconds)
 
-    def _next_url(self, model: Model, avoid: Collection[str] = ()) -> str | None:
+    def pick(self, model: Model, avoid: Collection[str] = ()) -> str | None:
         """The next replica of a pool in turn (None: the pool has none), skipping ones that
-        just failed to connect, said they are not ready or timed out (while another is left):
-        a dead, starting, draining or frozen replica costs one failed call per skip time.
+        just failed to connect, said they are not ready or lost a hedge (while another is
+        left): a dead, starting, draining or frozen replica costs one call per skip time.
         Replicas in `avoid` (tried already for this request) come after every other."""
         urls = self.pool_urls(model)
         if not urls:
@@ -137,13 +136,12 @@ class Transport:
 
     async def call(self, model: Model, request: RankRequest, timeout_s: float,
                    features: Mapping[str, FeatureValue] | None = None,
-                   avoid: Collection[str] = ()) -> RankResponse:
-        """POST one request to the next replica of a pool and read its answer.
+                   url: str | None = None) -> RankResponse:
+        """POST one request to a replica of a pool and read its answer.
 
         ``features`` are the model's named inputs for the caller's candidates: those of the
-        candidates `request` carries go with it (`workers.wire.take_features`). ``avoid``:
-        replicas (`CallFailed.url`) tried already for this request, taken only if no other
-        is left.
+        candidates `request` carries go with it (`workers.wire.take_features`). ``url``: the
+        replica's rank URL (`pick`); None: the next replica in turn.
 
         :raise CallFailed: the call gave no usable response (the reason names how).
         :raise ContractError: the request cannot be encoded (msgpack: candidates of different
@@ -153,7 +151,7 @@ class Transport:
         if features:
             features = take_features(features, len(request.candidates))
         body = encode_rank_request(request, self._encoding, features)
-        url = self._next_url(model, avoid)
+        url = url or self.pick(model)
         if url is None:
             raise CallFailed("no_replica")     # no live replica of this pool (membership)
         try:

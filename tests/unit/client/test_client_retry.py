@@ -1,6 +1,6 @@
-"""A baseline replica that is gone (refused, dropped the request mid-flight, or draining) or
-frozen (does not answer within its share of the deadline) costs a retry on the next replica,
-never the request; the retry is counted with its reason."""
+"""A baseline replica that is gone (refused, dropped the request mid-flight, or draining) costs
+a retry on the next replica, never the request; one that is frozen (has not answered within a
+share of the deadline) is hedged on another. Each is counted with its reason."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ async def _hanging() -> tuple[TestServer, list[float]]:
     return await _replica(hang), seen
 
 
-async def test_frozen_replica_costs_a_retry_within_the_deadline_then_is_skipped(
+async def test_frozen_replica_is_hedged_within_the_deadline_then_skipped(
         healthy: tuple[Worker, str]) -> None:
     worker, url = healthy
     frozen, seen = await _hanging()
@@ -141,17 +141,18 @@ async def test_frozen_replica_costs_a_retry_within_the_deadline_then_is_skipped(
     finally:
         await frozen.close()
     decisions = client.summary()["decisions"]
-    assert decisions["baseline_retry"] == {"timeout": 1}    # then skipped while down
-    assert "baseline_failed" not in decisions
+    assert decisions["baseline_hedge"] == {"slow": 1}      # then skipped while down
+    assert "baseline_failed" not in decisions and "baseline_retry" not in decisions
     assert len(seen) == 1 and len(worker.seen) == 6
-    assert 125.0 <= latencies[0] < 250.0                   # half the deadline, then the retry
-    assert worker.seen[0].deadline_ms < 126.0              # the retry carries what is left
+    assert 125.0 <= latencies[0] < 250.0                   # half the deadline, then the hedge
+    assert worker.seen[0].deadline_ms < 126.0              # the hedge carries what is left
     assert max(latencies[1:]) < 100.0
 
 
-async def test_slow_pool_is_not_emptied_by_its_own_timeouts() -> None:
-    """Every replica slower than half the deadline: the first attempt times out, the retry
-    answers slowly, no replica is skipped, and with the budget spent attempts wait again."""
+async def test_slow_pool_is_hedged_within_the_budget_and_keeps_its_replicas() -> None:
+    """Every replica slower than half the deadline: the request is hedged while the budget
+    lasts, the first call still answers first (a hedge never makes a request later), and
+    no replica is skipped."""
     slow = [Worker("baseline", delay_s=0.08), Worker("baseline", delay_s=0.08)]
     servers = [await serve(w) for w in slow]
     config = ClientConfig(scope="eu1", default_deadline_ms=100.0,
@@ -164,9 +165,10 @@ async def test_slow_pool_is_not_emptied_by_its_own_timeouts() -> None:
                 result = await client.rank(segment="s", value=1.0, candidates=CANDIDATES,
                                            base_count=5)
                 assert result.response.scored == 5
+                assert result.latency_ms < 125.0           # not 50 ms + another 80 ms
     finally:
         for s in servers:
             await s.close()
-    assert client.summary()["decisions"]["baseline_retry"] == {"timeout": 2}   # the budget
+    assert client.summary()["decisions"]["baseline_hedge"] == {"slow": 2}   # the budget
     assert not client.transport._down_until                 # no replica skipped
     assert len(slow[0].seen) + len(slow[1].seen) == 8
