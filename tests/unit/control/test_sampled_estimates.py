@@ -162,3 +162,20 @@ def test_the_sampled_lift_interval_covers_the_population_lift() -> None:
         assert got.measured is not None and got.std is not None
         hits += abs(got.measured - truth) <= z * got.std
     assert 0.90 * reps <= hits <= 0.99 * reps
+
+
+def test_a_segment_counts_toward_sbm_with_min_labels_requests_worth_on_each_arm() -> None:
+    """At rate 0.1 a label stands for 10 requests: 5 baseline labels are 50 requests' worth,
+    past min_labels 30, so the segment's gain counts (at full logging it would not)."""
+    rng = np.random.default_rng(2)
+    rows = [("powerful", 0.95, 0.5 + rng.normal(0, 0.1)) for _ in range(100)]
+    rows += [("baseline", 0.05, 0.1 + rng.normal(0, 0.1)) for _ in range(5)]
+    sampled = GainEstimator(SbmConfig(), LabelsConfig(min_labels=30))
+    full = GainEstimator(SbmConfig(), LabelsConfig(min_labels=30))
+    for i, (model, p, y) in enumerate(rows):
+        sampled.observe(_decision(i, model, p, y, inclusion=0.1))
+        full.observe(_decision(i, model, p, y))
+    gain = sampled.gain("s").measured
+    assert gain is not None and gain > 0.3
+    assert sampled.lift()["sbm"].measured == pytest.approx(gain * 100 / 105, rel=1e-9)
+    assert full.lift()["sbm"].measured == 0.0
