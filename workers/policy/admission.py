@@ -30,6 +30,11 @@ shedding level clients see is at least 1 during a surge, so they send less optio
 Every shed unit is counted by reason (invariant 4). Time comes in as integer milliseconds and
 nothing here reads a clock, so the fake-clock tests pin each rule exactly. Not thread-safe: the
 runtime wraps it in one lock.
+
+Its parts live one a module: the config (``admission_config``), the shed order and reasons
+(``shed_order``), what it hands out and reports (``admission_state``), the forward-pass fit
+(``service_model``), the optional-work budget (``token_bucket``) and the offered load
+(``load_meter``). Their public names are importable from here too.
 """
 
 from __future__ import annotations
@@ -39,110 +44,32 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Annotated, Any, Generic, TypeVar
-
-import msgspec
-from msgspec import Meta
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from schemas.contract import ShedReason
+from workers.policy.admission_config import MAX_LEVEL, AdmissionConfig, PositiveMs
+from workers.policy.admission_state import AdmissionState, Admitted
 from workers.policy.load_meter import LoadMeter
 from workers.policy.service_model import ServiceModel
+from workers.policy.shed_order import (
+    REASON_BUDGET,
+    REASON_DEADLINE,
+    REASON_OVERLOAD,
+    REASON_PREEMPTION,
+    marginal_extra_value,
+    shed_priority,
+)
 from workers.policy.token_bucket import TokenBucket
+
+__all__ = ["MAX_LEVEL", "REASON_BUDGET", "REASON_DEADLINE", "REASON_OVERLOAD",
+           "REASON_PREEMPTION", "Admission", "AdmissionConfig", "AdmissionState", "Admitted",
+           "PositiveMs", "marginal_extra_value", "shed_priority"]
 
 T = TypeVar("T")
 
-REASON_OVERLOAD: ShedReason = "overload"
-REASON_DEADLINE: ShedReason = "deadline"
-REASON_PREEMPTION: ShedReason = "preemption"
-REASON_BUDGET: ShedReason = "budget"
-
-
-def shed_priority(value: float, gain: float | None) -> float:
-    """The order optional work is kept in (highest first) and shed in (lowest first): what
-    the client expects it to add (``gain``), not what the request is worth. A request without
-    a gain (a client before it) is ordered by its value, as before."""
-    return value if gain is None else gain
-
-
-def marginal_extra_value(extra: int) -> float:
-    """The expected gain of a request's last extra candidate, up to a scale: under any concave
-    value curve of extra candidates the request with fewer extras has the higher marginal
-    value, so extras are shed from the requests with the most first. The scale is the same
-    for every request of a scope, so the order is all a replica needs."""
-    return 1.0 / (1.0 + max(extra, 0))
-MAX_LEVEL = 3
 #: Weight of the newest request in the deadline horizon of a whole-request replica.
 HORIZON_ALPHA = 0.05
-
-PositiveMs = Annotated[float, Meta(gt=0.0, le=60_000.0)]
-
-
-class AdmissionConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Bounds of one worker's admission; decoded from the worker's TOML ``[admission]`` table."""
-
-    #: Predicted wait above which optional work is shed, lowest value first.
-    max_queue_delay_ms: PositiveMs = 25.0
-    #: Queue delay, as fractions of the bound, at which the shedding level reaches 1 and 2
-    #: (level 3 is the bound itself, or preemption). Clients shed harder at higher levels.
-    level_fractions: tuple[Annotated[float, Meta(gt=0.0, lt=1.0)],
-                           Annotated[float, Meta(gt=0.0, lt=1.0)]] = (0.25, 0.5)
-    #: Hard cap on queued optional items (memory bound); beyond it the lowest value goes.
-    max_optional_items: Annotated[int, Meta(ge=1, le=1_000_000)] = 4096
-    #: Service time per unit (row) assumed before the first batch is measured.
-    initial_ms_per_unit: Annotated[float, Meta(gt=0.0, le=10_000.0)] = 0.05
-    #: Weight of the newest batch in the fit of service time (overhead + per-unit cost).
-    service_ewma_alpha: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.05
-    #: The optional-work budget may be spent this many seconds ahead (token bucket depth).
-    budget_burst_s: Annotated[float, Meta(gt=0.0, le=60.0)] = 1.0
-    #: Time constants of the recent and of the settled offered load (exponential windows).
-    surge_window_ms: PositiveMs = 100.0
-    settled_window_ms: PositiveMs = 30_000.0
-    #: Baseline surges while its recent rate is over this multiple of its settled rate ...
-    surge_ratio: Annotated[float, Meta(gt=1.0)] = 3.0
-    #: ... and at least this many baseline items arrived in the recent window (fewer are
-    #: chance, not a burst: at a few requests per second the recent window sees 0, 1 or 2).
-    surge_min_items: Annotated[float, Meta(ge=0.0)] = 8.0
-    #: During a surge, optional work may bring the recent offered load up to this multiple of
-    #: the settled offered load ...
-    surge_load_factor: Annotated[float, Meta(gt=0.0)] = 1.0
-    #: ... or up to this share of the replicas' throughput, whichever is more.
-    surge_floor_share: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.5
-
-    def __post_init__(self) -> None:
-        low, high = self.level_fractions
-        if low >= high:
-            raise ValueError(f"level_fractions must increase, got {list(self.level_fractions)}")
-        if self.surge_window_ms >= self.settled_window_ms:
-            raise ValueError("surge_window_ms must be shorter than settled_window_ms")
-
-
-@dataclass(frozen=True, slots=True)
-class Admitted(Generic[T]):
-    """One unit of work handed to the batcher, with what it needs for accounting."""
-
-    item: T
-    optional: bool
-    units: int
-    enqueued_ms: int
-    value: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class AdmissionState:
-    """What the worker reports: to clients on every response, and in telemetry."""
-
-    queue_delay_ms: float
-    shedding_level: int
-    preempted: bool
-    baseline_items: int
-    baseline_units: int
-    optional_items: int
-    optional_units: int
-    in_flight_units: int
-    ms_per_unit: float
-    batch_overhead_ms: float
-    shed_units: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
