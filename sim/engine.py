@@ -32,8 +32,6 @@ import heapq
 import itertools
 import math
 import time
-from bisect import bisect_right
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +45,11 @@ from schemas.contract import (
     PreemptionNotice,
     RoutingOutcome,
 )
+from sim.attribution import Attribution, LabelQueue, PendingLabel, Truth, normal_from
 from sim.clients import NaiveClient, SimClient, SurplusClient
 from sim.controllers import ALIASES, ControlPlane, SurplusPlane, make_plane
+from sim.fleet import OppPool, RegionState, choose
+from sim.messages import CapacityDue, MessageQueue, NoticeArrives, ReplicasLeave, TargetsArrive
 from sim.metrics import Metrics
 from sim.scenario import PoolConfig, RegionConfig, Scenario
 from sim.schedule import CAPACITY_STREAM, Action, Outbox, build, replica_id
@@ -58,41 +59,6 @@ from streams.eventlog import EventLogWriter, make_event
 from streams.replay_output import Progress
 from workers.client.decision import logged_propensity
 from workers.policy.routing import Model
-
-
-@dataclass
-class OppPool:
-    """One opportunistic pool as the fleet has it: replicas lent, and the replica sets that
-    serve them (replicas 0.. ``lent`` - 1, oldest set first; a set is named by its first
-    replica's id)."""
-
-    config: PoolConfig
-    pool_id: str
-    lent: int = 0
-    live: list[SimWorker] = field(default_factory=list)
-
-
-@dataclass
-class RegionState:
-    config: RegionConfig
-    client: SimClient
-    arrivals: np.ndarray
-    rng: np.random.Generator
-    segment_names: list[str]
-    segment_cdf: np.ndarray
-    segment_values: np.ndarray
-    segment_value_noise: np.ndarray
-    baseline_workers: list[SimWorker] = field(default_factory=list)
-    opportunistic: list[OppPool] = field(default_factory=list)
-    draining: list[SimWorker] = field(default_factory=list)
-    ranking_pick: tuple[list[float], list[SimWorker]] = ([], [])
-    powerful_pick: tuple[list[float], list[SimWorker]] = ([], [])
-    served_this_step: set[SimWorker] = field(default_factory=set)
-    has_powerful: bool = False
-
-    def workers(self) -> list[SimWorker]:
-        live = [w for pool in self.opportunistic for w in pool.live]
-        return sorted(self.baseline_workers + live + self.draining, key=lambda w: w.worker_id)
 
 
 class Simulation:
@@ -121,9 +87,8 @@ class Simulation:
         self.plane: ControlPlane = make_plane(
             self.controller, scenario.control, [r.name for r in scenario.regions],
             static=scenario.controllers.static, naive=scenario.controllers.naive)
-        self._messages: list[tuple[float, int, str, Any]] = []
+        self._messages = MessageQueue()
         self._finished: list[tuple[float, int, Request]] = []
-        self._seq = itertools.count()
         self._rid = itertools.count()
         self._noise: dict[str, NormalBlock] = {}
         self._outcome_noise = NormalBlock(self.rng_outcomes, 1.0)
@@ -140,17 +105,9 @@ class Simulation:
         self.events_published = 0
         #: rid -> (propensity, holdout) of its decision (sim.worker.Request does not keep them).
         self._logged: dict[int, tuple[float, bool]] = {}
-        #: Labels on their way: (due ms, seq, region, request id, value, segment, model, when
-        #: its decision was published, its truth: (powerful, incremental value, inverse of
-        #: the logged propensity) or None for a holdout request or a label's second copy).
-        self._labels: list[tuple[float, int, str, str, float, str, str, int,
-                                 tuple[bool, float, float] | None]] = []
-        #: Per region and segment, the truth of the treated requests whose labels the control
-        #: plane joins (the requests its measurement sees): ``add_truth``'s sums.
-        self._true_lift: dict[str, dict[str, list[float]]] = {}
-        #: Per region: (ts, labels joined) of each surplus target, and if its segment order
-        #: matched the true gain order.
-        self._order: dict[str, list[tuple[int, int, bool]]] = {}
+        #: Labels on their way, and the truth of those the control plane joins.
+        self._labels = LabelQueue()
+        self.attribution = Attribution(self.t0)
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -184,7 +141,7 @@ class Simulation:
             else:
                 opp = self.pools[pool.pool_id(rc.name)] = OppPool(pool, pool.pool_id(rc.name))
                 state.opportunistic.append(opp)
-        self._repick(state)
+        state.repick()
         return state
 
     def _worker(self, pool: PoolConfig, region: str, replicas: int, index: int,
@@ -199,23 +156,6 @@ class Simulation:
                            on_done=self._done, on_shed=self._shed)
         self.created.setdefault(region, []).append(worker)
         return worker
-
-    def _repick(self, state: RegionState) -> None:
-        """Load-balancer tables: ready replica sets weighted by their throughput."""
-        ranking = [w for w in self._ranking_workers(state) if w.ready]
-        powerful = [w for pool in state.opportunistic for w in pool.live
-                    if pool.config.model == "powerful" and w.ready]
-        state.ranking_pick = _cumulative(ranking)
-        state.powerful_pick = _cumulative(powerful)
-        total = sum(w.rate_per_ms for w in ranking)
-        for w in ranking:
-            w.budget_share = w.rate_per_ms / total if total else 0.0
-
-    @staticmethod
-    def _ranking_workers(state: RegionState) -> list[SimWorker]:
-        opp = [w for pool in state.opportunistic for w in pool.live
-               if pool.config.model == "baseline"]
-        return state.baseline_workers + opp
 
     # -- publishing --------------------------------------------------------------------------
 
@@ -241,23 +181,17 @@ class Simulation:
             if controller is not None:  # what the live plane publishes on the estimates topic
                 self.log.write_value(targets.issued_at_ms, "estimates", targets.scope,
                                      controller.lift_report(targets.issued_at_ms))
-        self._schedule(targets.issued_at_ms + self.sc.delays.targets_ms, "targets", targets)
+        self._messages.send(targets.issued_at_ms + self.sc.delays.targets_ms,
+                            TargetsArrive(targets))
 
     def _track_order(self, targets: ControlTargets) -> None:
-        """Does the targets' segment order (by posterior gain) match the true gain order?"""
         state = self.regions.get(targets.scope)
         if state is None:
             return
-        true = {s.name: s.gain for s in state.config.segments}
-        learned = targets.sbm.segments
-        match = len(true) > 1 and set(true) <= set(learned) and _same_order(
-            true, {name: learned[name].gain_mean for name in true})
         controller = self.plane.driver.controllers.get(targets.scope)  # type: ignore[attr-defined]
         joined = 0 if controller is None else controller.join.counts["joined"]
-        self._order.setdefault(targets.scope, []).append((targets.issued_at_ms, joined, match))
-
-    def _schedule(self, at_ms: float, kind: str, payload: Any) -> None:
-        heapq.heappush(self._messages, (at_ms, next(self._seq), kind, payload))
+        self.attribution.track_order(targets, {s.name: s.gain for s in state.config.segments},
+                                     joined)
 
     # -- the run -----------------------------------------------------------------------------
 
@@ -351,14 +285,14 @@ class Simulation:
                 self._to_ranking(state, req, now, pick)
 
     def _to_ranking(self, state: RegionState, req: Request, now: float, pick: float) -> None:
-        worker = _choose(state.ranking_pick, pick)
+        worker = choose(state.ranking_pick, pick)
         if worker is None:  # never: the baseline tier always has replicas
             raise RuntimeError(f"region {state.config.name} has no ranking replica")
         state.served_this_step.add(worker)
         worker.submit_ranking(req, int(now), state.config.deadline_ms)
 
     def _to_powerful(self, state: RegionState, req: Request, now: int, pick: float) -> None:
-        worker = _choose(state.powerful_pick, pick)
+        worker = choose(state.powerful_pick, pick)
         share = self.sc.client.powerful_deadline_share
         if worker is None:
             state.client.observe(None, now, error="connection", model="powerful")
@@ -451,7 +385,7 @@ class Simulation:
         chosen_p, holdout = self._logged.pop(req.rid, (1.0, False))
         chosen: Model = "powerful" if req.fell_back else model
         propensity = logged_propensity(chosen, chosen_p, model)   # as the live client logs it
-        truth = None if holdout else (model == "powerful", sbm + rma, 1.0 / propensity)
+        truth = None if holdout else Truth(model == "powerful", sbm + rma, 1.0 / propensity)
         request_id = f"{rc.name}-{req.rid}"
         self._publish(end, "outcomes", rc.name, RoutingOutcome(
             v=SUPPLY_VERSION, ts_ms=int(req.finished_ms), scope=rc.name,
@@ -460,49 +394,45 @@ class Simulation:
             extra=done if not req.fell_back else 0,   # as the live client logs: scored
             propensity=propensity, holdout=holdout, available=rc.max_extra_candidates))
         draws = self.rng_labels.random(4)
-        fate = self.sc.labels.fate(float(draws[0]), float(_normal_from(draws[1], draws[2])),
+        fate = self.sc.labels.fate(float(draws[0]), float(normal_from(draws[1], draws[2])),
                                    float(draws[3]), unit=1000.0)
         if fate is None:
             return
         delay_ms, twice = fate
         due = req.finished_ms + delay_ms
-        heapq.heappush(self._labels, (due, next(self._seq), rc.name, request_id, observed,
-                                      seg.name, model, end, truth))
+        label = PendingLabel(rc.name, request_id, observed, seg.name, model, end, truth)
+        self._labels.send(due, label)
         if twice:
-            heapq.heappush(self._labels, (due + delay_ms, next(self._seq), rc.name,
-                                          request_id, observed, seg.name, model, end, None))
+            self._labels.send(due + delay_ms, PendingLabel(
+                rc.name, request_id, observed, seg.name, model, end, None))
 
     def _deliver_labels(self, end: int) -> None:
         """Labels due by ``end``: to the client (its router's evidence) and the control plane."""
-        labels = self._labels
         window_ms = self.sc.control.labels.window_s * 1000.0
-        while labels and labels[0][0] <= end:
-            due, _, region, request_id, value, segment, model, decided, truth = \
-                heapq.heappop(labels)
-            if truth is not None and end - decided <= window_ms:   # it joins: count its truth
-                add_truth(self._true_lift.setdefault(region, {}), segment, *truth)
-            self.regions[region].client.learn(segment, model, value)
-            self._publish(end, "labels", request_id, OutcomeLabel(
-                ts_ms=int(due), scope=region, request_id=request_id, value=value))
+        for due, label in self._labels.due_by(end):
+            if end - label.decided_ms <= window_ms:   # it joins: count its truth
+                self.attribution.joined(label)
+            self.regions[label.region].client.learn(label.segment, label.model, label.value)
+            self._publish(end, "labels", label.request_id, OutcomeLabel(
+                ts_ms=int(due), scope=label.region, request_id=label.request_id,
+                value=label.value))
 
     # -- messages ----------------------------------------------------------------------------
 
     def _deliver_until(self, until: float) -> None:
         """Deliver every message due before ``until`` (targets, notices, deadlines)."""
-        messages = self._messages
-        while messages and messages[0][0] < until:
-            at, _, kind, payload = heapq.heappop(messages)
+        for at, message in self._messages.due_before(until):
             now = int(at)
-            if kind == "targets":
-                self._deliver_targets(payload, now)
-            elif kind == "notice":
-                self._deliver_notice(payload, now)
-            elif kind == "capacity":
-                if self._send(payload, now):
-                    self._repick(self.regions[payload.region])
-            else:
-                region, worker = payload
-                self._evict(region, worker, now)
+            match message:
+                case TargetsArrive(targets):
+                    self._deliver_targets(targets, now)
+                case NoticeArrives(notice):
+                    self._deliver_notice(notice, now)
+                case CapacityDue(action):
+                    if self._send(action, now):
+                        self.regions[action.region].repick()
+                case ReplicasLeave(region, worker):
+                    self._evict(region, worker, now)
 
     def _deliver_targets(self, targets: ControlTargets, now: int) -> None:
         state = self.regions.get(targets.scope)
@@ -546,10 +476,10 @@ class Simulation:
                 if self._send(action, t):
                     changed.add(action.region)
             else:
-                self._schedule(self.t0 + action.at_ms, "capacity", action)
+                self._messages.send(self.t0 + action.at_ms, CapacityDue(action))
         for name, state in self.regions.items():
             if name in changed:
-                self._repick(state)
+                state.repick()
 
     def _send(self, action: Action, t: int) -> bool:
         """Publish ``action`` at ``t`` and apply it to the fleet; True if replica sets changed."""
@@ -606,7 +536,7 @@ class Simulation:
         for worker in taken:
             worker.draining_deadline_ms = notice.deadline_ms
             state.draining.append(worker)
-            self._schedule(leave, "evict", (state.config.name, worker))
+            self._messages.send(leave, ReplicasLeave(state.config.name, worker))
 
     def _announce(self, notice: PreemptionNotice) -> float:
         """The notice reaches the replicas it names after a (modelled) delivery delay; returns
@@ -616,7 +546,7 @@ class Simulation:
         self.metrics.notice_issued(t)
         delay = float(self.rng_delays.uniform(self.sc.delays.notice_min_ms,
                                               self.sc.delays.notice_max_ms))
-        self._schedule(t + delay, "notice", notice)
+        self._messages.send(t + delay, NoticeArrives(notice))
         return t + delay
 
     # -- accounting ------------------------------------------------------------------------
@@ -666,125 +596,9 @@ class Simulation:
         summary["clients"] = {name: state.client.counters()
                               for name, state in sorted(self.regions.items())}
         summary["events"] = self.events_published + sum(self.targets_by_reason.values())
-        summary.update(self._lift_summary())
+        if isinstance(self.plane, SurplusPlane):
+            summary.update(self.attribution.summary(self.plane, list(self.regions)))
         summary.update({"scenario": self.sc.name, "controller": self.controller,
                         "seed": self.sc.seed, "duration_s": self.sc.duration_s,
                         "log": self.log_path.name})
         return summary
-
-
-    def _lift_summary(self) -> dict[str, Any]:
-        """Measured lift (the control plane's, against the holdout) next to the true lift of
-        the treated requests, the join's counts, and when the learned segment order settled
-        on the true one (surplus only)."""
-        if not isinstance(self.plane, SurplusPlane):
-            return {}
-        lift: dict[str, Any] = {}
-        labels: dict[str, Any] = {}
-        order: dict[str, Any] = {}
-        for region in sorted(self.regions):
-            controller = self.plane.driver.controllers.get(region)
-            if controller is None:
-                continue
-            true = true_lift(self._true_lift.get(region, {}))
-            measured = controller.estimates.lift()
-            lift[region] = {lever: {
-                "lift_measured": _r(measured[lever].measured),
-                "lift_ci_low": _r(measured[lever].ci_low),
-                "lift_ci_high": _r(measured[lever].ci_high),
-                "lift_true": _r(true[lever])} for lever in ("all", "sbm", "rma")}
-            lift[region]["counts"] = controller.estimates.counts()
-            counts = controller.join.counts
-            labels[region] = {"labels_joined": counts["joined"], "labels_late": counts["late"],
-                              "labels_orphan": counts["orphan"],
-                              "labels_duplicate": counts["duplicate"],
-                              "decisions_unlabelled": counts["unlabelled"],
-                              "decisions_evicted": counts["evicted"],
-                              "decisions_pending": len(controller.join)}
-            history = self._order.get(region, [])
-            settled = None
-            for i in range(len(history)):
-                if all(m for _, _, m in history[i:]):
-                    settled = history[i]
-                    break
-            powerful = sum(a.powerful.n for a in controller.estimates.state.segments.values())
-            order[region] = (
-                {"settled_at_s": None, "labels_joined": None,
-                 "why": "no powerful-model labels: no SBM traffic to learn an order from"}
-                if powerful == 0 else
-                {"settled_at_s": None, "labels_joined": None,
-                 "why": "the order had not settled on the true one by the end"}
-                if settled is None else
-                {"settled_at_s": round((settled[0] - self.t0) / 1000.0, 3),
-                 "labels_joined": settled[1]})
-        return {"lift": lift, "labels": labels, "segment_order": order}
-
-
-def add_truth(truth: dict[str, list[float]], segment: str, powerful: bool, value: float,
-              weight: float) -> None:
-    """Count one treated request's true incremental value (its gain from the powerful model
-    plus the value of the extras it got) into its segment's sums ``[baseline-arm n, Σ value,
-    powerful n, Σ value, baseline Σw, Σw·value, powerful Σw, Σw·value]``, ``weight`` being
-    the inverse of the propensity its decision record logs."""
-    sums = truth.setdefault(segment, [0.0] * 8)
-    arm = 2 if powerful else 0
-    sums[arm] += 1.0
-    sums[arm + 1] += value
-    sums[4 + arm] += weight
-    sums[5 + arm] += weight * value
-
-
-def true_lift(truth: dict[str, list[float]]) -> dict[str, float | None]:
-    """The true lift per treated request, per lever, from ``add_truth``'s sums. ``all``: the
-    incremental value of the treated requests. ``sbm``: per segment, what routing to the
-    powerful model added (the powerful arm's incremental value less the baseline arm's, each
-    weighted by the inverse propensity, as the off-policy estimate weighs them: the arms
-    are compared as if every request had been routed at random, so a time when one arm was
-    rarer, such as a reclaim that sends all to baseline with extras cut, does not count as
-    that arm's worth), times its powerful requests; ``rma``: the rest. The measured split
-    estimates the same quantities."""
-    n = sum(t[0] + t[2] for t in truth.values())
-    if n <= 0:
-        return {"all": None, "sbm": None, "rma": None}
-    total = sum(t[1] + t[3] for t in truth.values())
-    sbm = 0.0
-    for name in sorted(truth):
-        _, _, npow, _, wb, wvb, wp, wvp = truth[name]
-        if npow:
-            sbm += npow * (wvp / wp - (wvb / wb if wb else 0.0))
-    return {"all": total / n, "sbm": sbm / n, "rma": (total - sbm) / n}
-
-
-def _r(value: float | None) -> float | None:
-    return None if value is None else round(value, 6)
-
-
-def _same_order(true: dict[str, float], learned: dict[str, float]) -> bool:
-    """Same ranking of segments by gain (ties in the truth may come in either order)."""
-    names = sorted(true)
-    return all((true[a] - true[b]) * (learned[a] - learned[b]) > 0 or true[a] == true[b]
-               for i, a in enumerate(names) for b in names[i + 1:])
-
-
-def _normal_from(u1: float, u2: float) -> float:
-    """A standard normal from two uniforms (Box-Muller)."""
-    return math.sqrt(-2.0 * math.log(max(u1, 1e-300))) * math.cos(2.0 * math.pi * u2)
-
-
-def _cumulative(workers: list[SimWorker]) -> tuple[list[float], list[SimWorker]]:
-    total = sum(w.rate_per_ms for w in workers)
-    if total <= 0:
-        return [], []
-    running, bounds = 0.0, []
-    for w in workers:
-        running += w.rate_per_ms / total
-        bounds.append(running)
-    bounds[-1] = 1.0
-    return bounds, workers
-
-
-def _choose(pick: tuple[list[float], list[SimWorker]], u: float) -> SimWorker | None:
-    bounds, workers = pick
-    if not workers:
-        return None
-    return workers[min(bisect_right(bounds, u), len(workers) - 1)]

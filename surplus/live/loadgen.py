@@ -48,7 +48,7 @@ from schemas.clock import wall_ms
 from schemas.heap import freeze_startup_heap
 from schemas.kafka_config import KafkaSettings
 from schemas.signing import KeySource
-from sim.engine import add_truth, true_lift
+from sim.attribution import add_truth, true_lift
 from sim.scenario import RegionConfig, Scenario, SegmentConfig
 from sim.traces import arrival_counts
 from workers.api import Candidate, RankResponse

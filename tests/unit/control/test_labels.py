@@ -250,7 +250,7 @@ def test_value_curves_stay_the_prior_until_both_levers_are_measured() -> None:
 
 
 def test_the_true_split_counts_what_routing_changed() -> None:
-    from sim.engine import add_truth, true_lift
+    from sim.attribution import add_truth, true_lift
 
     # one segment: 2 baseline-arm requests with RMA value 0.1 each, 2 powerful ones with gain
     # 0.5 and RMA value 0.3 each: SBM added 0.5 + 0.3 - 0.1 per powerful request
@@ -265,7 +265,7 @@ def test_the_true_split_counts_what_routing_changed() -> None:
 
 
 def test_the_true_split_weighs_the_arms_as_the_logged_propensities_do() -> None:
-    from sim.engine import add_truth, true_lift
+    from sim.attribution import add_truth, true_lift
 
     # while routed at p = 0.9 (extras on), the baseline arm was worth 0.3; during a reclaim
     # every request went baseline (p = 1 for it) with extras cut, worth 0.0. Weighted by
