@@ -1,0 +1,211 @@
+"""A request's path through the simulated fleet: decided by its region's client, sent to a
+replica set by the load balancer (to baseline replicas when the powerful pool cannot serve it),
+finished when its baseline and optional work are done or shed, then settled: the metrics, the
+outcome record the client publishes, and its label, sent on its way after a delay.
+
+``RequestPath`` is the part of ``sim.engine.Simulation`` that does this; the engine keeps the
+state it reads (declared below) and delivers the messages due before each arrival.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterator
+
+import numpy as np
+
+from schemas.contract import SUPPLY_VERSION, Event, OutcomeLabel, RoutingOutcome
+from sim.attribution import Attribution, LabelQueue, PendingLabel, Truth, normal_from
+from sim.clients import SurplusClient
+from sim.fleet import RegionState, choose
+from sim.metrics import Metrics
+from sim.scenario import Scenario
+from sim.worker import BASE, OPT, WHOLE, NormalBlock, Request
+from workers.client.decision import logged_propensity
+from workers.policy.routing import Model
+
+
+class RequestPath:
+    """Arrivals, routing, completion and settlement of requests (a part of the engine)."""
+
+    sc: Scenario
+    step_ms: int
+    regions: dict[str, RegionState]
+    metrics: Metrics | None
+    rng_labels: np.random.Generator
+    attribution: Attribution
+    _rid: Iterator[int]
+    #: rid -> (propensity, holdout) of its decision (sim.worker.Request does not keep them).
+    _logged: dict[int, tuple[float, bool]]
+    #: Requests finished, by when (then by request id), not yet settled.
+    _finished: list[tuple[float, int, Request]]
+    #: Labels on their way.
+    _labels: LabelQueue
+    _outcome_noise: NormalBlock
+
+    def _deliver_until(self, until: float) -> None:
+        raise NotImplementedError
+
+    def _publish(self, ts: int, topic: str, key: str, value: Event) -> None:
+        raise NotImplementedError
+
+    def _arrivals(self, state: RegionState, k: int, t: int) -> None:
+        n = int(state.arrivals[k])
+        if not n:
+            return
+        rng = state.rng
+        offsets = np.sort(rng.integers(0, self.step_ms, n))
+        segments = np.searchsorted(state.segment_cdf, rng.random(n), side="right")
+        segments = np.minimum(segments, len(state.segment_names) - 1)
+        values = np.clip(state.segment_values[segments] + state.segment_value_noise[segments]
+                         * rng.standard_normal(n), 0.0, None)
+        picks = rng.random(n)
+        rc = state.config
+        for offset, seg, value, pick in zip(offsets.tolist(), segments.tolist(),
+                                            values.tolist(), picks.tolist(), strict=True):
+            now = t + offset
+            self._deliver_until(now + 1)
+            rid = next(self._rid)
+            decision = state.client.decide(state.segment_names[seg], value,
+                                           rc.max_extra_candidates, now, f"{rc.name}-{rid}")
+            self._logged[rid] = (decision.propensity, decision.holdout)
+            req = Request(rid, now, seg, value, rc.base_candidates, decision.extra,
+                          decision.model, decision.explored, decision.gain)
+            if decision.model == "powerful":
+                self._to_powerful(state, req, now, pick)
+            else:
+                self._to_ranking(state, req, now, pick)
+
+    def _to_ranking(self, state: RegionState, req: Request, now: float, pick: float) -> None:
+        worker = choose(state.ranking_pick, pick)
+        if worker is None:  # never: the baseline tier always has replicas
+            raise RuntimeError(f"region {state.config.name} has no ranking replica")
+        state.served_this_step.add(worker)
+        worker.submit_ranking(req, int(now), state.config.deadline_ms)
+
+    def _to_powerful(self, state: RegionState, req: Request, now: int, pick: float) -> None:
+        worker = choose(state.powerful_pick, pick)
+        share = self.sc.client.powerful_deadline_share
+        if worker is None:
+            state.client.observe(None, now, error="connection", model="powerful")
+            self._fallback(state, req, now, "connection")
+            return
+        state.served_this_step.add(worker)
+        if not worker.submit_whole(req, now, state.config.deadline_ms * share):
+            # The live worker answers a refused whole request with a 503, which the client
+            # counts as a failed call of that pool.
+            state.client.observe(None, now, error="http_503", model="powerful")
+            self._fallback(state, req, now, worker.admission.last_refusal or "refused")
+
+    def _fallback(self, state: RegionState, req: Request, now: float, reason: str) -> None:
+        """The powerful pool did not serve it: baseline replicas do (only baseline work)."""
+        req.fell_back = True
+        req.model = "baseline"
+        req.opt_units = 0
+        assert self.metrics is not None
+        self.metrics.regions[state.config.name].fallbacks += 1
+        if isinstance(state.client, SurplusClient):
+            state.client.decider.bump("fallback", reason)
+            state.client.decider.bump("rma_shed", "fallback", req.extra)
+        self._to_ranking(state, req, now, float(state.rng.random()))
+
+    def _done(self, req: Request, kind: int, latency: float) -> None:
+        if kind == BASE:
+            req.base_latency = latency
+        elif kind == OPT:
+            req.opt_latency = latency
+            req.opt_done = True
+            req.opt_pending = False
+        else:
+            req.powerful_done = True
+            req.opt_latency = latency
+            self._finish(req, req.arrival_ms + latency)
+            return
+        if req.base_latency is not None and not req.opt_pending:
+            self._finish(req, req.at_worker_ms + max(req.base_latency, req.opt_latency))
+
+    def _shed(self, req: Request, kind: int, reason: str, now: float) -> None:
+        if kind == WHOLE:
+            assert req.worker is not None
+            self._fallback(self.regions[req.worker.region], req, now, reason)
+            return
+        if kind == OPT:
+            req.opt_pending = False
+            req.opt_latency = max(req.opt_latency, now - req.at_worker_ms)
+            if req.base_latency is not None:
+                self._finish(req, req.at_worker_ms + max(req.base_latency, req.opt_latency))
+
+    def _finish(self, req: Request, at_ms: float) -> None:
+        req.finished_ms = at_ms
+        heapq.heappush(self._finished, (at_ms, req.rid, req))
+
+    def _outcomes(self, end: int) -> None:
+        """Requests finished by ``end``: metrics, telemetry, learning, outcome events."""
+        assert self.metrics is not None
+        while self._finished and self._finished[0][0] <= end:
+            _, _, req = heapq.heappop(self._finished)
+            assert req.worker is not None
+            state = self.regions[req.worker.region]
+            self._settle(state, req, end)
+
+    def _settle(self, state: RegionState, req: Request, end: int) -> None:
+        assert self.metrics is not None
+        rc = state.config
+        seg = rc.segments[req.segment]
+        worker = req.worker
+        assert worker is not None
+        e2e = req.finished_ms - req.arrival_ms
+        worker.answered(req)
+        if req.powerful_done:
+            done = req.opt_units          # the extras the powerful replica kept
+            units = req.base + done
+            rma = rc.rma_value(done)
+            self.metrics.powerful_done(rc.name, e2e, units, seg.gain, rma)
+            model: Model = "powerful"
+        else:
+            latency = req.finished_ms - req.at_worker_ms
+            done = req.opt_units if req.opt_done else 0
+            if not req.fell_back:   # the response tells the client what was shed
+                state.client.settle("baseline", req.extra, req.extra - done, end)
+            rma = rc.rma_value(done)
+            self.metrics.ranking_done(rc.name, latency, e2e, rc.timeout_ms, done, rma)
+            model = "baseline"
+        sbm = seg.gain if model == "powerful" else 0.0
+        observed = seg.value + sbm + rma \
+            + seg.outcome_noise * (math.log(self._outcome_noise()))
+        observed = max(-1e6, min(1e6, observed))
+        chosen_p, holdout = self._logged.pop(req.rid, (1.0, False))
+        chosen: Model = "powerful" if req.fell_back else model
+        propensity = logged_propensity(chosen, chosen_p, model)   # as the live client logs it
+        truth = None if holdout else Truth(model == "powerful", sbm + rma, 1.0 / propensity)
+        request_id = f"{rc.name}-{req.rid}"
+        self._publish(end, "outcomes", rc.name, RoutingOutcome(
+            v=SUPPLY_VERSION, ts_ms=int(req.finished_ms), scope=rc.name,
+            request_id=request_id, segment=seg.name, model=model,
+            explored=req.explored and not req.fell_back,
+            extra=done if not req.fell_back else 0,   # as the live client logs: scored
+            propensity=propensity, holdout=holdout, available=rc.max_extra_candidates))
+        draws = self.rng_labels.random(4)
+        fate = self.sc.labels.fate(float(draws[0]), float(normal_from(draws[1], draws[2])),
+                                   float(draws[3]), unit=1000.0)
+        if fate is None:
+            return
+        delay_ms, twice = fate
+        due = req.finished_ms + delay_ms
+        label = PendingLabel(rc.name, request_id, observed, seg.name, model, end, truth)
+        self._labels.send(due, label)
+        if twice:
+            self._labels.send(due + delay_ms, PendingLabel(
+                rc.name, request_id, observed, seg.name, model, end, None))
+
+    def _deliver_labels(self, end: int) -> None:
+        """Labels due by ``end``: to the client (its router's evidence) and the control plane."""
+        window_ms = self.sc.control.labels.window_s * 1000.0
+        for due, label in self._labels.due_by(end):
+            if end - label.decided_ms <= window_ms:   # it joins: count its truth
+                self.attribution.joined(label)
+            self.regions[label.region].client.learn(label.segment, label.model, label.value)
+            self._publish(end, "labels", label.request_id, OutcomeLabel(
+                ts_ms=int(due), scope=label.region, request_id=label.request_id,
+                value=label.value))
