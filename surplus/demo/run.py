@@ -154,9 +154,10 @@ class Demo:
         shutil.rmtree(self.out / "logs", ignore_errors=True)
         (self.out / "control.toml").write_text(plan.control_toml(self.scenario))
         self.keys = signing_dir(self.out)
-        free = localkafka.free_port
-        self.ports = Ports(control=free(), scheduler=free(), loadgen=free(),
-                           workers={r.worker_id: free() for r in self.replicas})
+        control, scheduler, loadgen, *workers = localkafka.free_ports(3 + len(self.replicas))
+        self.ports = Ports(control=control, scheduler=scheduler, loadgen=loadgen,
+                           workers={r.worker_id: port
+                                    for r, port in zip(self.replicas, workers, strict=True)})
         self.say(f"demo: scenario {self.scenario.name}, {self.opt.duration_s:.0f}s of load, "
                  f"{len(self.replicas)} workers "
                  f"({', '.join(r.worker_id for r in self.replicas)}); output in {self.out}")

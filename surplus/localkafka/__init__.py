@@ -47,14 +47,15 @@ from surplus.localkafka.jvm import (
     rss_mb,
 )
 from surplus.localkafka.listeners import BehindProxy, SecuredListeners
-from surplus.localkafka.ports import PRIVATE_PORT_LOW, free_port, free_port_block
+from surplus.localkafka.ports import PRIVATE_PORT_LOW, free_port, free_port_block, free_ports
 
 __all__ = [
     "BROKER_GC", "CLUSTER_HEAP_MB", "CLUSTER_START_TIMEOUT_S", "DEFAULT_DATA", "DEFAULT_LIBS",
     "DEFAULT_PORT", "GC_LOG", "INFRA_DIR", "MAX_BROKERS", "PRIVATE_PORT_LOW", "REPO_ROOT",
     "START_TIMEOUT_S", "STOP_TIMEOUT_S", "BehindProxy", "BrokerError", "BrokerInfo",
     "ClusterInfo", "SecuredListeners", "brokers_seen", "cluster_status", "down",
-    "down_cluster", "fetch_jars", "free_port", "free_port_block", "gc_pauses", "is_cluster",
+    "down_cluster", "fetch_jars", "free_port", "free_port_block", "free_ports", "gc_pauses",
+    "is_cluster",
     "java_binary", "kafka_version", "libs_dir", "rss_mb", "serves_metadata", "status", "up",
     "up_cluster",
 ]

@@ -41,6 +41,18 @@ def free_port() -> int:
     return free_port_block(1)
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` different ports, each free now, below the ephemeral range. Picked one by one,
+    two of a run's listeners were once given the same port (nothing binds it until its process
+    starts), and the second failed with "address already in use"."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def free_port_block(count: int, attempts: int = 200) -> int:
     """The first of ``count`` consecutive ports free now, below the ephemeral range."""
     high = _ephemeral_low() - count
