@@ -10,6 +10,7 @@ are left out.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from typing import Any, Protocol
 
@@ -20,6 +21,7 @@ from sim.scenario import CapacityConfig, PoolConfig
 from sim.worker import OPT, WHOLE, Request, SimWorker
 from tests.conformance.cases import REGION, WORKER, Case, Rank
 from tests.integration.worker_support import rank_request, tiny_config
+from workers.runtime.models import load_model
 from workers.runtime.worker import OptionalShed, Worker
 
 TIMED_FIELDS = (
@@ -78,7 +80,11 @@ class LiveSide:
         self._ids = itertools.count()
 
     async def start(self) -> None:
-        await self.worker.start()
+        # The case pins the service model (``ms_per_unit``) on both sides: the live model's
+        # timed warm-up passes, which a served worker is admitted on first, are left out.
+        model = await asyncio.to_thread(load_model, self.config.model)
+        model.calibration = ()
+        await self.worker.start(model)
 
     async def stop(self) -> None:
         await self.worker.stop()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -274,6 +275,9 @@ class LoadedModel:
     source: str
     #: The tensors ``forward`` takes (`Signature.args`); None: the fixed signature's.
     args: tuple[Arg, ...] | None = None
+    #: Warm forward passes timed at load, (rows, ms) each: the replica's measured cost before
+    #: its first request (`Admission.calibrate`).
+    calibration: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.args is None:
@@ -336,7 +340,23 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         if scores.shape != (rows,):
             raise ModelLoadError(f"{source} returned shape {tuple(scores.shape)} for {rows} "
                                  "rows; expected one score per row")
+    loaded.calibration = _timed_passes(loaded, signature, spec.warmup_rows)
     return loaded
+
+
+def _timed_passes(loaded: LoadedModel, signature: Signature,
+                  max_rows: int) -> tuple[tuple[int, float], ...]:
+    """Each warm-up size from 16 rows up scored once more, warm, and timed: what a pass costs
+    here (device, threads, CPU quota), before any request measures it."""
+    timed = []
+    for rows in warmup_sizes(max_rows):
+        if rows < min(16, max_rows):
+            continue
+        inputs = assemble([example_rows(signature, rows, seed=rows)])
+        start = time.perf_counter()
+        loaded.score(*inputs)
+        timed.append((rows, (time.perf_counter() - start) * 1000.0))
+    return tuple(timed)
 
 
 def warmup_sizes(max_rows: int) -> list[int]:

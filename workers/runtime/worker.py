@@ -149,6 +149,7 @@ class Worker:
             loaded = await asyncio.to_thread(connect, spec)
         else:
             loaded = await asyncio.to_thread(load_model, spec)
+        self.admission.calibrate(getattr(loaded, "calibration", ()))
         self.batcher.scorer = loaded
         self.model = loaded
         self.batcher.start()

@@ -546,3 +546,13 @@ def test_no_baseline_is_ever_lost_and_every_optional_unit_is_accounted(ops: list
     assert all(item.startswith("o") for item, _ in shed)
     state = adm.state(now)
     assert optional_out + state.optional_units + sum(state.shed_units.values()) == optional_in
+
+
+def test_timed_warm_up_passes_replace_the_prior_before_the_first_batch() -> None:
+    """A lent replica in a small CPU slice costs far more a row than the configured prior;
+    its warm-up passes, timed, are what its first requests are admitted on."""
+    adm: Admission[str] = Admission(AdmissionConfig(initial_ms_per_unit=0.05))
+    adm.calibrate([(16, 8.0), (32, 16.0), (64, 32.0)])
+    assert adm.service.per_unit_ms == pytest.approx(0.5)
+    adm.calibrate([(0, 5.0), (8, -1.0)])          # nothing to learn from: ignored
+    assert adm.service.per_unit_ms == pytest.approx(0.5)

@@ -152,3 +152,9 @@ def test_model_that_fails_on_larger_batches_is_refused_at_load_not_under_traffic
     load_model(ModelSpec(path=str(path), config=TINY, warmup_rows=4))  # small batches: fine
     with pytest.raises(ModelLoadError, match=r"shape \(4,\) for 8 rows"):
         load_model(ModelSpec(path=str(path), config=TINY, warmup_rows=8))
+
+
+def test_a_loaded_model_carries_its_timed_warm_passes() -> None:
+    model = load_model(ModelSpec(name="baseline", config=TINY, device="cpu", warmup_rows=64))
+    assert [rows for rows, _ in model.calibration] == [16, 32, 64]
+    assert all(ms >= 0.0 for _, ms in model.calibration)
