@@ -31,7 +31,8 @@ def worker(
     = None,
     model: Annotated[str | None, typer.Option(help="baseline | powerful")] = None,
     model_path: Annotated[str | None, typer.Option(
-        help="A torch.export (.pt2) or TorchScript file instead of the reference model.")] = None,
+        help="A torch.export (.pt2), ONNX (.onnx) or TorchScript file instead of the "
+             "reference model.")] = None,
     host: Annotated[str | None, typer.Option(help="HTTP bind address.")] = None,
     port: Annotated[int | None, typer.Option(help="HTTP port (0 picks a free one).")] = None,
     advertise_url: Annotated[str | None, typer.Option(

@@ -59,16 +59,22 @@ def _example(model: TwoTower, rows: int = 5) -> tuple[Tensor, ...]:
 
 
 def save(model: TwoTower, path: Path) -> Path:
-    """As torch.export (.pt2, dynamic batch and value count) or traced TorchScript (.ts)."""
+    """As torch.export (.pt2, dynamic batch and value count), ONNX (.onnx, the same dynamic
+    shapes, for onnxruntime) or traced TorchScript (.ts)."""
     model.eval()
+    batch, nnz = torch.export.Dim("batch", min=1), torch.export.Dim("nnz", min=0)
+    dynamic = {"user": {0: batch}, "item": {0: batch}, "history_values": {0: nnz},
+               "history_offsets": {0: batch + 1}}
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         if path.suffix == ".pt2":
-            batch, nnz = torch.export.Dim("batch", min=1), torch.export.Dim("nnz", min=0)
-            program = torch.export.export(model, _example(model), dynamic_shapes={
-                "user": {0: batch}, "item": {0: batch}, "history_values": {0: nnz},
-                "history_offsets": {0: batch + 1}})
+            program = torch.export.export(model, _example(model), dynamic_shapes=dynamic)
             torch.export.save(program, str(path))
+        elif path.suffix == ".onnx":
+            onnx = torch.onnx.export(model, _example(model), dynamo=True, verbose=False,
+                                     dynamic_shapes=dynamic)
+            assert onnx is not None
+            onnx.save(str(path), external_data=False)
         else:
             torch.jit.save(torch.jit.trace(model, _example(model)), str(path))
     return path
@@ -102,7 +108,7 @@ def direct(model: nn.Module, features: dict[str, Any]) -> np.ndarray:
                      torch.from_numpy(history.offsets)).numpy()
 
 
-@pytest.mark.parametrize("suffix", [".pt2", ".ts"])
+@pytest.mark.parametrize("suffix", [".pt2", ".onnx", ".ts"])
 async def test_own_model_with_candidate_dense_and_multi_hot_scores_as_called_directly(
         tmp_path: Path, suffix: str) -> None:
     model = TwoTower()
@@ -164,9 +170,10 @@ async def test_a_request_that_does_not_fit_the_spec_is_a_422_naming_the_field(
         assert resp.status == 422 and named in error, error
 
 
+@pytest.mark.parametrize("suffix", [".pt2", ".onnx"])
 async def test_a_model_whose_inputs_are_not_the_spec_is_refused_at_start_naming_the_input(
-        tmp_path: Path) -> None:
-    path = save(TwoTower(item=ITEM + 2), tmp_path / "wide.pt2")
+        tmp_path: Path, suffix: str) -> None:
+    path = save(TwoTower(item=ITEM + 2), tmp_path / f"wide{suffix}")
     with pytest.raises(ModelLoadError, match=r"input 1 \(item\) against `model\.inputs\[1\]` "
                                              r"\(item\): the model takes \[B, 5\]; the worker "
                                              r"sends item\[B, 3\] float32"):

@@ -50,6 +50,7 @@ from workers.features import (
     example_rows,
 )
 from workers.runtime.oip_wire import OipSpec
+from workers.runtime.onnx_model import OnnxSession, check_graph, execution_device
 
 ModelName = Literal["baseline", "powerful"]
 Width = Annotated[int, Meta(ge=1, le=65_536)]
@@ -81,9 +82,9 @@ class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     """
 
     name: ModelName = "baseline"
-    #: Where rows are scored: ``torch`` in this process, or ``oip``, a model server over the
-    #: Open Inference Protocol (``workers.runtime.oip``); admission, batching and shedding stay
-    #: in the worker either way.
+    #: Where rows are scored: ``torch`` in this process (torch, or onnxruntime for an ``.onnx``
+    #: file), or ``oip``, a model server over the Open Inference Protocol
+    #: (``workers.runtime.oip``); admission, batching and shedding stay in the worker either way.
     backend: Literal["torch", "oip"] = "torch"
     oip: OipSpec | None = None
     path: str | None = None
@@ -219,6 +220,35 @@ def export_model(model: nn.Module, cfg: ModelConfig, path: str | Path) -> Path:
     return path
 
 
+def export_onnx(model: nn.Module, cfg: ModelConfig, path: str | Path) -> Path:
+    """Save ``model`` as ONNX (.onnx) with a dynamic batch, for onnxruntime: inputs ``dense``
+    and ``sparse``, one output ``score[B]``, the weights inside the file.
+
+    torch's exporter goes through ``torch.export`` as `export_model` does (the same dynamic
+    batch), then onnxscript (the ``export`` extra) translates the program."""
+    import logging
+
+    batch = torch.export.Dim("batch", min=1, max=1 << 20)
+    path = Path(path)
+    # The exporter logs a warning per torchvision op it cannot register (torchvision is not
+    # installed, and none of them is used here) and warns that the two inputs share `batch`.
+    registry = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registry.level
+    registry.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.filterwarnings("ignore", "# The axis name")
+            program = torch.onnx.export(
+                model.eval(), example_inputs(cfg), dynamo=True, verbose=False,
+                input_names=["dense", "sparse"], output_names=["score"],
+                dynamic_shapes={"dense": {0: batch}, "sparse": {0: batch}})
+    finally:
+        registry.setLevel(level)
+    assert program is not None  # dynamo=True always returns the program
+    program.save(str(path), external_data=False)
+    return path
+
+
 def trace_model(model: nn.Module, cfg: ModelConfig, path: str | Path) -> Path:
     """Save ``model`` as traced TorchScript (the older format many pipelines still produce)."""
     path = Path(path)
@@ -268,6 +298,8 @@ def pick_device(choice: str) -> torch.device:
 class LoadedModel:
     """A model ready to score rows on its device; ``score`` is called from one thread only."""
 
+    #: A torch module, program or TorchScript file taking tensors, or an `OnnxSession`
+    #: (onnxruntime) taking numpy arrays.
     module: Any
     kind: ModelName
     config: ModelConfig
@@ -288,6 +320,9 @@ class LoadedModel:
         """Scores (float32[B]) of rows given as numpy arrays of the model's shapes, in its
         signature's order (``dense, sparse`` unless it declares its inputs)."""
         assert self.args is not None
+        if isinstance(self.module, OnnxSession):
+            return self.module.score(*(np.ascontiguousarray(x, dtype=arg.dtype)
+                                       for x, arg in zip(inputs, self.args, strict=True)))
         with torch.inference_mode():
             tensors = [torch.from_numpy(np.ascontiguousarray(x, dtype=arg.dtype)).to(self.device)
                        for x, arg in zip(inputs, self.args, strict=True)]
@@ -302,13 +337,15 @@ class ModelLoadError(RuntimeError):
 def load_model(spec: ModelSpec) -> LoadedModel:
     """The model of ``spec`` on its device, checked and warmed up by forward passes.
 
-    ``.pt2`` files are ``torch.export`` programs; any other file is tried as TorchScript. The
+    ``.pt2`` files are ``torch.export`` programs, ``.onnx`` files ONNX graphs run by
+    onnxruntime (`workers.runtime.onnx_model`); any other file is tried as TorchScript. The
     model's inputs must be its spec's (``model.inputs``, or the fixed signature): a program's
-    declared inputs (their count; a ``torch.export`` program's dtypes and fixed dimensions
-    too) are compared with the spec first, naming the input that differs, then every warm-up
-    pass feeds it rows built from the spec (`workers.features.example_rows`).
+    declared inputs (their count; a ``torch.export`` program's or ONNX graph's dtypes and
+    fixed dimensions too, and an ONNX graph's output) are compared with the spec first, naming
+    the input that differs, then every warm-up pass feeds it rows built from the spec
+    (`workers.features.example_rows`).
     """
-    configure_threads(spec.threads)
+    threads = configure_threads(spec.threads)
     device = pick_device(spec.device)
     try:
         signature = spec.signature()
@@ -321,6 +358,13 @@ def load_model(spec: ModelSpec) -> LoadedModel:
                                  "a model file (`model.path`) or server")
         module: Any = build_reference(spec.name, spec.config).to(device)
         source = f"reference:{spec.name}"
+    elif Path(spec.path).suffix == ".onnx":
+        module, device = _load_onnx(Path(spec.path), spec.device, threads)
+        source = spec.path
+        try:
+            check_graph(module.inputs, module.outputs, signature, source)
+        except SignatureMismatch as exc:
+            raise ModelLoadError(str(exc)) from None
     else:
         module, declared = _load_file(Path(spec.path), device)
         source = spec.path
@@ -388,6 +432,20 @@ def _load_file(path: Path, device: torch.device) -> tuple[Any, list[Declared]]:
     # passes are what check those.
     arguments = script.forward.schema.arguments[1:]    # after self
     return script, [Declared(a.name) for a in arguments]
+
+
+def _load_onnx(path: Path, choice: str, threads: int) -> tuple[OnnxSession, torch.device]:
+    """An ONNX file open in onnxruntime, and the device it runs on (`execution_device`)."""
+    if not path.is_file():
+        raise ModelLoadError(f"model file {path} does not exist")
+    try:
+        device = execution_device(choice, torch.cuda.is_available(), OnnxSession.providers())
+    except ValueError as exc:
+        raise ModelLoadError(f"bad worker config at {exc}") from None
+    try:
+        return OnnxSession(path, device, threads), torch.device(device)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load model {path}: {exc}") from exc
 
 
 def _program_inputs(program: Any) -> list[Declared]:
