@@ -2,7 +2,8 @@
 
 A per-row forward pass wastes most of an accelerator (or CPU core) on per-call overhead, so the
 batcher collects rows from concurrent requests until ``max_batch_rows`` is reached or the oldest
-queued row has waited ``max_wait_ms``, runs one forward pass in a dedicated inference thread
+queued row has waited ``max_wait_ms`` (the cap, unless configured, is the device's:
+`DEFAULT_BATCH_ROWS`), runs one forward pass in a dedicated inference thread
 (never on the asyncio event loop), and scatters the scores back to each request's future.
 
 What goes into a batch is decided by :class:`workers.policy.admission.Admission`: baseline rows
@@ -33,12 +34,28 @@ from schemas.contract import ShedReason
 from workers.features import Rows, assemble
 from workers.policy.admission import Admission, AdmissionState, Admitted
 
+#: The batch cap where the config sets none, by the device the model runs on. A GPU at 512 rows
+#: a pass scored no more rows/s than 16 CPU cores (the cap, not the device, bound); at 8,192 an
+#: H200 scored 4.7x (baseline) and 5.5x (powerful) that CPU's rows with p99 under 50 ms
+#: (docs/benchmarks.md). On the CPU 8,192 doubled the p99 (26.5 against 13.5 ms at 256
+#: candidates a request), so 512 stays there.
+DEFAULT_BATCH_ROWS = {"cpu": 512, "cuda": 8192}
+
 
 class BatchingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """How big a forward pass may get and how long the first row may wait for company."""
 
-    max_batch_rows: Annotated[int, Meta(ge=1, le=1_000_000)] = 512
+    #: None: the device's default (`DEFAULT_BATCH_ROWS`; a model server's, the CPU's).
+    max_batch_rows: Annotated[int, Meta(ge=1, le=1_000_000)] | None = None
     max_wait_ms: Annotated[float, Meta(ge=0.0, le=1000.0)] = 2.0
+
+
+def batch_rows(config: BatchingConfig, device: str) -> int:
+    """The rows a pass may take: the configured cap, or the default of ``device`` (``cpu``,
+    ``cuda``; another is taken as the CPU)."""
+    if config.max_batch_rows is not None:
+        return config.max_batch_rows
+    return DEFAULT_BATCH_ROWS.get(device, DEFAULT_BATCH_ROWS["cpu"])
 
 
 class Scorer(Protocol):
@@ -106,7 +123,9 @@ class Batcher:
         self._thread: threading.Thread | None = None
         self._stopping = False
         admission.on_shed = self._shed  # dropped from the queue -> answer its waiter
-        admission.batch_units = config.max_batch_rows
+        #: Rows a forward pass may take: the CPU's cap until `size_for` knows the device.
+        self.max_batch_rows = batch_rows(config, "cpu")
+        admission.batch_units = self.max_batch_rows
         # Totals since start, read by telemetry as differences between windows.
         self.rows_done = 0
         self.optional_rows_done = 0
@@ -117,6 +136,14 @@ class Batcher:
         self.optional_rows_discarded = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
+
+    def size_for(self, device: str) -> int:
+        """Cap passes at ``device``'s default (`batch_rows`) once the model is loaded and its
+        device known; a configured cap stays. Admission predicts drain time in passes of it."""
+        with self._cond:
+            self.max_batch_rows = batch_rows(self.config, device)
+            self.admission.batch_units = self.max_batch_rows
+        return self.max_batch_rows
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="surplus-inference", daemon=True)
@@ -225,7 +252,7 @@ class Batcher:
             if self._stopping:
                 return None
             self._cond.wait()
-        while not self._stopping and adm.queued_units < cfg.max_batch_rows:
+        while not self._stopping and adm.queued_units < self.max_batch_rows:
             oldest = adm.oldest_enqueued_ms()
             if oldest is None:
                 break
@@ -233,7 +260,7 @@ class Batcher:
             if remaining_ms <= 0:
                 break
             self._cond.wait(remaining_ms / 1000.0)
-        return adm.next_batch(cfg.max_batch_rows, self._now())
+        return adm.next_batch(self.max_batch_rows, self._now())
 
     def _forward(self, batch: list[Admitted[Job]], preemptions: int) -> None:
         """One forward pass; ``preemptions`` is admission's count of notices when the batch

@@ -23,7 +23,8 @@ LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.
 #: Fine around the 5 ms target: a run sees few notices, and its p99 is read within a bucket.
 REACTION_BUCKETS_S = (0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.006, 0.0075, 0.01,
                       0.015, 0.02, 0.05, 0.1, 0.5, 1.0)
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+#: Up to a CUDA worker's default cap (`DEFAULT_BATCH_ROWS`).
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
 
 @dataclass(frozen=True, slots=True)

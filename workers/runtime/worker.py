@@ -150,6 +150,7 @@ class Worker:
         else:
             loaded = await asyncio.to_thread(load_model, spec)
         self.admission.calibrate(getattr(loaded, "calibration", ()))
+        self.batcher.size_for(_device_type(loaded))
         self.batcher.scorer = loaded
         self.model = loaded
         self.batcher.start()
@@ -454,3 +455,11 @@ def _discard(fut: asyncio.Future[Any] | None) -> None:
             fut.exception()
     else:
         fut.cancel()
+
+
+def _device_type(model: ServedModel) -> str:
+    """Where the model scores, as `batching.batch_rows` sizes passes for it: a model in this
+    process names its device (``cpu``, ``cuda``); a model server's is its own, and the batch it
+    is sent keeps the CPU's cap unless the config sets one."""
+    device = getattr(model, "device", None)
+    return str(getattr(device, "type", "cpu"))
