@@ -55,7 +55,7 @@ HELM_KUBE_VERSIONS     := 1.29.0 1.37.0
 CHART                  := infra/helm/surplus
 
 .PHONY: test test-fast test-faults test-gpu lint demo soak bench clean setup compose-check toxiproxy ec2-metadata-mock lock \
-        test-client-install promtool test-alerts helm-check docs prereqs test-wheel mlserver
+        test-client-install promtool kcat test-alerts helm-check docs prereqs test-wheel mlserver
 
 setup: $(STAMP) $(JARS)
 
@@ -129,6 +129,12 @@ $(AEMM_BUILD):
 promtool:
 	@infra/dev/system-package.sh $(PROMTOOL) prometheus "promtool: the metric lint and the alert rules' tests"
 	@$(PROMTOOL) --version | head -1
+
+# kcat produces the fault suite's forged notices, grants and targets straight to the topics, as a
+# producer outside Surplus would (tests/faults/test_key_rotation.py); Debian's kcat package.
+kcat:
+	@infra/dev/system-package.sh kcat kcat "kcat: the fault suite's forged messages, from outside Surplus"
+	@kcat -V 2>&1 | grep -m1 "^Version" | cut -d" " -f1,2
 
 # prometheus.yml and the rules it loads are valid, and each alert's unit tests pass (< 1 s).
 test-alerts: promtool
@@ -244,13 +250,13 @@ $(MLSERVER_STAMP): infra/mlserver/requirements.txt
 	touch $@
 
 # The fault suite runs in a session of its own (a fresh broker, its figures printed last).
-test: setup $(TOXIPROXY) $(AEMM) promtool docs mlserver
+test: setup $(TOXIPROXY) $(AEMM) promtool kcat docs mlserver
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q -m "not faults and not helm and not gpu"
 	$(BIN)/pytest -q -m faults
 
-test-faults: setup $(TOXIPROXY)
+test-faults: setup $(TOXIPROXY) kcat
 	$(BIN)/pytest -q -m faults
 
 # The worker's CUDA path (tests/gpu): on a machine with a GPU; fails where none is seen.
