@@ -44,7 +44,14 @@ from sim.attribution import Attribution, LabelQueue
 from sim.clients import NaiveClient, SimClient, SurplusClient
 from sim.controllers import ALIASES, ControlPlane, SurplusPlane, make_plane
 from sim.fleet import OppPool, RegionState
-from sim.messages import CapacityDue, MessageQueue, NoticeArrives, ReplicasLeave, TargetsArrive
+from sim.messages import (
+    CapacityDue,
+    MessageQueue,
+    NoticeArrives,
+    PowerfulGivesUp,
+    ReplicasLeave,
+    TargetsArrive,
+)
 from sim.metrics import Metrics
 from sim.requests import RequestPath
 from sim.scenario import PoolConfig, RegionConfig, Scenario
@@ -147,7 +154,8 @@ class Simulation(RequestPath):
         worker = SimWorker(pool, region, replica_id(region, pool, index), replicas,
                            admission=self.sc.worker.admission, limits=self.sc.worker.limits,
                            start_ms=self.t0 if at_ms is None else at_ms, noise=noise,
-                           on_done=self._done, on_shed=self._shed)
+                           on_done=self._done, on_shed=self._shed,
+                           on_abandoned=self._answered_late)
         self.created.setdefault(region, []).append(worker)
         return worker
 
@@ -200,7 +208,8 @@ class Simulation(RequestPath):
             self.log = log
             sla = {r.name: r.sla_p99_ms or self.sc.control.rma.sla_p99_ms
                    for r in self.sc.regions}
-            self.metrics = Metrics(sla, timeline, self.t0)
+            self.metrics = Metrics(sla, timeline, self.t0,
+                                   deadlines={r.name: r.deadline_ms for r in self.sc.regions})
             for k in range(self.steps):
                 self._step(k)
                 if not k % 200:
@@ -265,6 +274,8 @@ class Simulation(RequestPath):
                         self.regions[action.region].repick()
                 case ReplicasLeave(region, worker):
                     self._evict(region, worker, now)
+                case PowerfulGivesUp(region, req):
+                    self._give_up(region, req, now)
 
     def _deliver_targets(self, targets: ControlTargets, now: int) -> None:
         state = self.regions.get(targets.scope)

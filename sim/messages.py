@@ -3,8 +3,9 @@ queue.
 
 What the fleet is sent arrives at its own millisecond, after a delay: control targets (after
 ``delays.targets_ms``), a preemption notice (after its modelled delivery delay), a capacity
-action due inside a step (a revoke at a notice's deadline), and the deadline at which a
-draining replica set leaves. Each kind has one handler in ``sim.engine``.
+action due inside a step (a revoke at a notice's deadline), the deadline at which a draining
+replica set leaves, and the moment a client gives up on a powerful call. Each kind has one
+handler in ``sim.engine``.
 
 Messages due at the same millisecond are delivered in the order they were sent: the queue's
 key is ``(at_ms, sequence)``, and the sequence is unique, so a message itself is never
@@ -21,7 +22,7 @@ import msgspec
 
 from schemas.contract import ControlTargets, PreemptionNotice
 from sim.schedule import Action
-from sim.worker import SimWorker
+from sim.worker import Request, SimWorker
 
 
 class TargetsArrive(msgspec.Struct, frozen=True):
@@ -49,7 +50,16 @@ class ReplicasLeave(msgspec.Struct, frozen=True):
     worker: SimWorker
 
 
-Message = TargetsArrive | NoticeArrives | CapacityDue | ReplicasLeave
+class PowerfulGivesUp(msgspec.Struct, frozen=True, eq=False):
+    """The client's share of a request's deadline for the powerful call has run out before the
+    answer: it stops waiting and sends the request's baseline work to the ranking pool, as the
+    live client does on a timeout (the powerful replica finishes the work regardless)."""
+
+    region: str
+    request: Request
+
+
+Message = TargetsArrive | NoticeArrives | CapacityDue | ReplicasLeave | PowerfulGivesUp
 
 
 class MessageQueue:

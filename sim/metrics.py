@@ -1,9 +1,16 @@
 """What a simulation measured: ground truth kept by the plant, not what telemetry reported.
 
-The SLA is judged on windows of ``sla_window_s`` (default: the control period) per region:
-the p99 of the server-side latency of every ranking request that finished in the window (the
-latency the ranking pools themselves answer with, which is what the ranking SLA is about). A
-window with no request is not judged. ``timeline.csv`` has one row per region and window.
+The SLA is judged on windows of ``sla_window_s`` (default: the control period) per region, on
+every request that finished in the window whichever path served it, as the live demo judges
+it: the p99 of the server-side latency of the requests the ranking pools served (fallbacks
+included; what the ranking SLA is about) against ``sla_p99_ms``, and the p99 of the latency
+of the requests the powerful replicas served (those the client gave up on included) against
+the region's deadline. A window is violated when either is over its bound; a window with no
+request is not judged. ``timeline.csv`` has one row per region and window.
+
+A powerful call the client has given up on (past its share of the deadline, see
+``sim.requests``) is a fallback, not a powerful answer: it earns no SBM value, and
+``powerful_abandoned`` counts such calls.
 
 Other headline numbers: ``baseline_requests_rejected`` counts ranking requests answered slower
 than the region's ``timeout_ms`` (the caller gave up; workers themselves never refuse baseline
@@ -70,6 +77,8 @@ class Window:
 
     ranking: list[float] = field(default_factory=list)
     e2e: list[float] = field(default_factory=list)
+    powerful_latency: list[float] = field(default_factory=list)
+    """Latencies of the requests the powerful replicas served (given up on or not)."""
     requests: int = 0
     powerful: int = 0
     optional_done: int = 0
@@ -81,14 +90,17 @@ class Window:
 class RegionMetrics:
     name: str
     sla_p99_ms: float
+    deadline_ms: float = math.inf
     window: Window = field(default_factory=Window)
     windows: int = 0
     violations: int = 0
     worst_p99: float = 0.0
+    worst_powerful_p99: float = 0.0
     requests: int = 0
     ranking_served: int = 0
     powerful_served: int = 0
     fallbacks: int = 0
+    abandoned: int = 0
     moved: int = 0
     rejected: int = 0
     rma_value: float = 0.0
@@ -105,8 +117,11 @@ def p99(values: list[float]) -> float:
 class Metrics:
     """Accumulates a run's ground truth and writes the timeline."""
 
-    def __init__(self, regions: dict[str, float], timeline: IO[str], start_ms: int) -> None:
-        self.regions = {name: RegionMetrics(name, sla) for name, sla in sorted(regions.items())}
+    def __init__(self, regions: dict[str, float], timeline: IO[str], start_ms: int, *,
+                 deadlines: dict[str, float] | None = None) -> None:
+        deadlines = deadlines or {}
+        self.regions = {name: RegionMetrics(name, sla, deadlines.get(name, math.inf))
+                        for name, sla in sorted(regions.items())}
         self.timeline = timeline
         self.start_ms = start_ms
         timeline.write(csv_line(TIMELINE_COLUMNS))
@@ -150,6 +165,13 @@ class Metrics:
         m.sbm_value += value
         m.rma_value += rma_value
 
+    def powerful_answered(self, region: str, latency_ms: float, *, abandoned: bool) -> None:
+        """A powerful replica's answer, judged against the deadline whether or not the client
+        was still waiting for it (``abandoned``: it had given up and fallen back)."""
+        m = self.regions[region]
+        m.window.powerful_latency.append(latency_ms)
+        m.abandoned += abandoned
+
     def _optional(self, m: RegionMetrics, units: int, value: float) -> None:
         m.optional_done += units
         m.window.optional_done += units
@@ -176,11 +198,14 @@ class Metrics:
         m = self.regions[region]
         w = m.window
         ranking_p99 = p99(w.ranking)
-        violation = bool(w.ranking) and ranking_p99 > m.sla_p99_ms
-        if w.ranking:
+        powerful_p99 = p99(w.powerful_latency)
+        violation = (bool(w.ranking) and ranking_p99 > m.sla_p99_ms) or (
+            bool(w.powerful_latency) and powerful_p99 > m.deadline_ms)
+        if w.ranking or w.powerful_latency:
             m.windows += 1
             m.violations += violation
             m.worst_p99 = max(m.worst_p99, ranking_p99)
+            m.worst_powerful_p99 = max(m.worst_powerful_p99, powerful_p99)
         shed = shed_total - m.shed_seen
         m.shed_seen = shed_total
         self.timeline.write(csv_line((
@@ -219,10 +244,13 @@ class Metrics:
             "regions": {m.name: {
                 "requests": m.requests, "ranking_served": m.ranking_served,
                 "powerful_served": m.powerful_served, "sbm_fallbacks": m.fallbacks,
+                "powerful_abandoned": m.abandoned,
                 "moved_at_preemption": m.moved, "windows": m.windows,
                 "sla_p99_ms": m.sla_p99_ms,
                 "baseline_sla_violation_windows": m.violations,
                 "worst_window_p99_ms": round(m.worst_p99, 3),
+                "deadline_ms": m.deadline_ms,
+                "worst_window_powerful_p99_ms": round(m.worst_powerful_p99, 3),
                 "baseline_requests_rejected": m.rejected,
                 "rma_value": round(m.rma_value, 6), "sbm_value": round(m.sbm_value, 6),
                 "optional_units_done": m.optional_done} for m in regions},

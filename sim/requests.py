@@ -19,6 +19,7 @@ from schemas.contract import SUPPLY_VERSION, Event, OutcomeLabel, RoutingOutcome
 from sim.attribution import Attribution, LabelQueue, PendingLabel, Truth, normal_from
 from sim.clients import SurplusClient
 from sim.fleet import RegionState, choose
+from sim.messages import MessageQueue, PowerfulGivesUp
 from sim.metrics import Metrics
 from sim.scenario import Scenario
 from sim.worker import BASE, OPT, WHOLE, NormalBlock, Request
@@ -43,6 +44,7 @@ class RequestPath:
     #: Labels on their way.
     _labels: LabelQueue
     _outcome_noise: NormalBlock
+    _messages: MessageQueue
 
     def _deliver_until(self, until: float) -> None:
         raise NotImplementedError
@@ -86,13 +88,15 @@ class RequestPath:
 
     def _to_powerful(self, state: RegionState, req: Request, now: int, pick: float) -> None:
         worker = choose(state.powerful_pick, pick)
-        share = self.sc.client.powerful_deadline_share
         if worker is None:
             state.client.observe(None, now, error="connection", model="powerful")
             self._fallback(state, req, now, "connection")
             return
         state.served_this_step.add(worker)
-        if not worker.submit_whole(req, now, state.config.deadline_ms * share):
+        wait = self._powerful_budget(state)
+        if worker.submit_whole(req, now, wait):
+            self._messages.send(req.arrival_ms + wait, PowerfulGivesUp(state.config.name, req))
+        else:
             # The live worker answers a refused whole request with a 503, which the client
             # counts as a failed call of that pool.
             state.client.observe(None, now, error="http_503", model="powerful")
@@ -103,6 +107,7 @@ class RequestPath:
         req.fell_back = True
         req.model = "baseline"
         req.opt_units = 0
+        req.opt_latency = 0.0   # a late powerful answer's, which the fallback does not wait for
         assert self.metrics is not None
         self.metrics.regions[state.config.name].fallbacks += 1
         if isinstance(state.client, SurplusClient):
@@ -118,17 +123,55 @@ class RequestPath:
             req.opt_done = True
             req.opt_pending = False
         else:
-            req.powerful_done = True
-            req.opt_latency = latency
-            self._finish(req, req.arrival_ms + latency)
+            self._powerful_done(req, latency)
             return
         if req.base_latency is not None and not req.opt_pending:
             self._finish(req, req.at_worker_ms + max(req.base_latency, req.opt_latency))
 
+    def _powerful_budget(self, state: RegionState) -> float:
+        """How long the client waits for the powerful model: its share of the deadline."""
+        return state.config.deadline_ms * self.sc.client.powerful_deadline_share
+
+    def _powerful_done(self, req: Request, latency: float) -> None:
+        """A powerful replica answers after ``latency``: within the client's wait the request
+        is served; past it the client gives up at the end of its wait (``_give_up``), while
+        the replica, which cannot know, finishes the work and reports it."""
+        worker = req.worker
+        assert worker is not None
+        req.opt_latency = latency
+        in_time = latency <= self._powerful_budget(self.regions[worker.region])
+        assert self.metrics is not None
+        self.metrics.powerful_answered(worker.region, latency, abandoned=not in_time)
+        if in_time:
+            req.powerful_done = True
+            self._finish(req, req.arrival_ms + latency)
+        else:
+            worker.abandoned(req)
+
+    def _answered_late(self, req: Request, latency: float) -> None:
+        """A powerful replica answers a request whose client had given up and fallen back."""
+        assert self.metrics is not None and req.worker is not None
+        self.metrics.powerful_answered(req.worker.region, latency, abandoned=True)
+
+    def _give_up(self, region: str, req: Request, now: int) -> None:
+        """The client's wait for a powerful call is over (the live client's timeout): unless
+        it was answered or refused already, the call counts as the pool's failure and the
+        request falls back to the ranking pool with what is left of its deadline."""
+        if req.powerful_done or req.fell_back:
+            return
+        state = self.regions[region]
+        state.client.observe(None, now, error="timeout", model="powerful")
+        self._fallback(state, req, now, "timeout")
+
     def _shed(self, req: Request, kind: int, reason: str, now: float) -> None:
         if kind == WHOLE:
+            if req.fell_back:   # the client had given up on it already
+                return
             assert req.worker is not None
-            self._fallback(self.regions[req.worker.region], req, now, reason)
+            state = self.regions[req.worker.region]
+            # the refusal reaches the client, unless its wait ran out first
+            self._fallback(state, req, min(now, req.arrival_ms + self._powerful_budget(state)),
+                           reason)
             return
         if kind == OPT:
             req.opt_pending = False

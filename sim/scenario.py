@@ -368,6 +368,25 @@ class Scenario(_Config, frozen=True, kw_only=True):
                              "the same grid live, in replay and here)")
         if self.sla_window_ms % self.step_ms:
             raise ValueError("sla_window_s must be a multiple of step_ms")
+        for region in self.regions:
+            self._check_powerful_budget(region)
+
+    def _check_powerful_budget(self, region: RegionConfig) -> None:
+        """An SBM SLA over the client's wait is a contradiction: the client waits for the
+        powerful model ``client.powerful_deadline_share`` of the deadline, then falls back to
+        the ranking pool, so the loop would hold the powerful replicas where the client has
+        already given up on them."""
+        if not any(p.model == "powerful" for p in region.pools):
+            return
+        control = self.control.for_scope(region.name)
+        sla = control.sbm.sla_p99_ms
+        budget = region.deadline_ms * self.client.powerful_deadline_share
+        if sla > budget:
+            raise ValueError(
+                f"control.sbm.sla_p99_ms ({sla:g} ms) is over region {region.name}'s powerful "
+                f"budget, deadline_ms x client.powerful_deadline_share ({region.deadline_ms:g} "
+                f"x {self.client.powerful_deadline_share:g} = {budget:g} ms): lower the SLA or "
+                "raise the deadline")
 
     @property
     def report_ms(self) -> int:

@@ -96,7 +96,8 @@ class SimWorker:
     def __init__(self, pool: PoolConfig, region: str, worker_id: str, replicas: int, *,
                  admission: AdmissionConfig, limits: LocalLimits, start_ms: int,
                  noise: Callable[[], float], on_done: Callable[[Request, int, float], None],
-                 on_shed: Callable[[Request, int, str, float], None]) -> None:
+                 on_shed: Callable[[Request, int, str, float], None],
+                 on_abandoned: Callable[[Request, float], None] | None = None) -> None:
         self.pool = pool
         self.pool_id = pool.pool_id(region)
         self.region = region
@@ -116,6 +117,7 @@ class SimWorker:
         self.noise = noise
         self.on_done = on_done
         self.on_shed_item = on_shed
+        self.on_abandoned = on_abandoned
         self.clock = float(start_ms)
         self.now = float(start_ms)
         self.draining_deadline_ms: int | None = None
@@ -204,7 +206,13 @@ class SimWorker:
             for work in batch:
                 req, kind = work.item
                 wait = free_at - (req.at_worker_ms if kind != WHOLE else req.arrival_ms)
-                self.on_done(req, kind, max(0.0, wait) + service * self.noise())
+                latency = max(0.0, wait) + service * self.noise()
+                if kind == WHOLE and req.fell_back:   # its client has given up on it already
+                    self._window.record_whole(latency, req.base, work.units)
+                    if self.on_abandoned is not None:
+                        self.on_abandoned(req, latency)
+                else:
+                    self.on_done(req, kind, latency)
         self._drain_to(now)
         self.now = now
 
@@ -344,6 +352,12 @@ class SimWorker:
             done = req.opt_units if req.opt_done else 0
             sent = req.base + (0 if req.fell_back else req.extra)
             self.record(req.finished_ms - req.at_worker_ms, True, sent, done)
+
+    def abandoned(self, req: Request) -> None:
+        """A whole request whose client gave up before this replica answered: the live worker
+        still scores and reports it (its latency is what the SBM loop must see), and the
+        request's settlement goes with its fallback."""
+        self._window.record_whole(req.opt_latency, req.base, req.base + req.opt_units)
 
     def report(self, now: int) -> WindowReport:
         """Close the telemetry window (what the live worker publishes every interval)."""

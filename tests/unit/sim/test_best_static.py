@@ -17,6 +17,8 @@ model = "powerful"
 tier = "opportunistic"
 [regions.pools.capacity]
 replicas = 1
+[control.sbm]
+sla_p99_ms = 60.0
 """
 
 

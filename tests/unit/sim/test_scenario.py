@@ -58,3 +58,16 @@ def test_shipped_scenarios_load_by_name() -> None:
         assert scenario.name == name
     with pytest.raises(ScenarioError, match="shipped"):
         find_scenario("no_such_scenario")
+
+
+def test_an_sbm_sla_over_the_clients_wait_for_the_powerful_model_is_refused(
+        tmp_path: Path) -> None:
+    """The client waits 0.6 of the 100 ms deadline; an SBM SLA of 250 ms would hold the
+    powerful replicas where every request it allows has already fallen back."""
+    powerful = ('[[regions.pools]]\nmodel = "powerful"\ntier = "opportunistic"\n'
+                '[regions.pools.capacity]\nreplicas = 1\n')
+    (tmp_path / "s.toml").write_text(MINIMAL + powerful + "[control.sbm]\nsla_p99_ms = 250.0\n")
+    with pytest.raises(ScenarioError, match=r"control\.sbm\.sla_p99_ms .*60 ms"):
+        load_scenario(tmp_path / "s.toml")
+    (tmp_path / "s.toml").write_text(MINIMAL + powerful + "[control.sbm]\nsla_p99_ms = 60.0\n")
+    load_scenario(tmp_path / "s.toml")
