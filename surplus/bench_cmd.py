@@ -1,7 +1,8 @@
 """`surplus bench [NAME...]`: benchmarks in bench/, one JSON object each, or all into a table.
 
-`surplus bench shed` (or client, batching, ingest, replay, join, transport) prints that
-benchmark's JSON object; `surplus bench` runs all of them and writes one table
+`surplus bench shed` (or client, batching, ingest, replay, join, transport, fleet) prints
+that benchmark's JSON object (`surplus bench fleet --replicas N --rps R --sample s
+--processes K --seconds T` sizes the fleet); `surplus bench` runs all of them and writes one table
 (--out/bench.json).
 
 Each benchmark runs in a child process (``python -c`` calling its ``run(...)``) from the
@@ -55,10 +56,21 @@ BENCHES = (
           target=">= 50000 labels/s"),
     Bench("transport", "transport", {"candidates": 2000}, metric="json_vs_msgpack_decode",
           target=">= 5x cheaper per candidate"),
+    # A synthetic fleet into the broker, the control plane as real processes (short default;
+    # `surplus bench fleet --replicas N --rps R --sample s --processes K --seconds T`).
+    Bench("fleet", "fleet", {"replicas": 200, "rps": 2000.0, "sample": 0.1, "processes": 2,
+                             "seconds": 30.0}, kafka=True, metric="cpu_us_per_event",
+          target="keeps up, targets <= 2 s after close, <= 10 us/event, <= 2x raw"),
     # A worker in front of MLServer (make mlserver) against one scoring in process.
     Bench("oip", "oip", {"notices": 300}, metric="ratio_p99",
           target="<= 1.2x the in-process worker's notice-to-shed p99"),
 )
+
+
+def with_args(bench: Bench, overrides: dict[str, Any]) -> Bench:
+    """`bench` with some of its keyword arguments given on the command line."""
+    return Bench(bench.name, bench.module, {**bench.kwargs, **overrides}, bench.kafka,
+                 bench.metric, bench.target)
 
 
 def _pick(result: dict[str, Any], dotted: str) -> Any:
@@ -108,26 +120,45 @@ def run_one(bench: Bench, bootstrap: str | None, timeout_s: float) -> dict[str, 
 def bench(
     names: Annotated[list[str] | None, typer.Argument(
         help="Benchmarks to run: client, shed, batching, ingest, replay, join, transport, "
-             "oip (default: all).")]
+             "fleet, oip (default: all).")]
     = None,
     out: Annotated[Path, typer.Option(help="Directory for bench.json.")] = Path("out/bench"),
     timeout: Annotated[float, typer.Option(help="Seconds each benchmark may take.")] = 900.0,
     strict: Annotated[bool, typer.Option(
         "--strict", help="Exit 1 when a benchmark misses its target, not only when it fails.")]
     = False,
+    replicas: Annotated[int | None, typer.Option(
+        min=1, help="fleet: replicas of the synthetic fleet (one WindowReport each a second).")]
+    = None,
+    rps: Annotated[float | None, typer.Option(min=1.0, help="fleet: the fleet's requests/s.")]
+    = None,
+    sample: Annotated[float | None, typer.Option(
+        min=0.0001, max=1.0, help="fleet: share of decisions logged (the holdout always is).")]
+    = None,
+    processes: Annotated[int | None, typer.Option(
+        min=1, help="fleet: control-plane processes (`surplus control-plane`).")] = None,
+    seconds: Annotated[float | None, typer.Option(
+        min=5.0, help="fleet: seconds the fleet writes.")] = None,
 ) -> None:
     """Run benchmarks: one prints its JSON object; all write one table (--out/bench.json).
 
     Client decision, preemption notice to shed, dynamic batching, control-plane ingest,
-    offline replay, the label join, and the ranking request's decode in msgpack against JSON
-    (transport); exits 1 if a benchmark failed to run.
+    offline replay, the label join, the ranking request's decode in msgpack against JSON
+    (transport), and a synthetic fleet against control-plane processes (fleet); exits 1 if a
+    benchmark failed to run.
     """
     from bench.common import broker
 
-    chosen = [b for b in BENCHES if not names or b.name in names]
+    fleet_args = {k: v for k, v in {"replicas": replicas, "rps": rps, "sample": sample,
+                                    "processes": processes, "seconds": seconds}.items()
+                  if v is not None}
+    chosen = [with_args(b, fleet_args) if b.name == "fleet" else b
+              for b in BENCHES if not names or b.name in names]
     unknown = set(names or ()) - {b.name for b in BENCHES}
     if unknown or not chosen:
         fail(f"unknown benchmarks {sorted(unknown)}; known: {', '.join(b.name for b in BENCHES)}")
+    if fleet_args and not any(b.name == "fleet" for b in chosen):
+        fail(f"--{', --'.join(fleet_args)} size the fleet benchmark: name it (surplus bench fleet)")
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     with ExitStack() as stack:
