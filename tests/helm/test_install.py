@@ -157,10 +157,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Api, Pat
             crd = yaml.safe_load((crds / f"monitoring.coreos.com_{name}.yaml").read_text())
             api.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
         path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+        # A CRD's status holds "conditions": null until the server has looked at it
         _wait("the prometheus-operator CRDs", lambda: all(
             any(c["type"] == "Established" and c["status"] == "True"
                 for c in api.call("GET", f"{path}{n}.monitoring.coreos.com")["status"].get(
-                    "conditions", [])) for n in CRDS), api_log, processes[1])
+                    "conditions") or ()) for n in CRDS), api_log, processes[1])
         yield api, kubeconfig
     finally:
         for process in reversed(processes):
