@@ -9,18 +9,26 @@ import math
 
 import msgspec
 
+#: Scales s of the covariate x = log1p(extras / s) the regression adjustment chooses among
+#: (`best_scale`). Where the value of extra candidates bends is not known in advance (the
+#: demo's curve bends at 16), and a covariate of the wrong shape leaves a bias: at s = 1 on
+#: a curve bending at 16 the SBM lift read -7% of the truth once the arms carried different
+#: extras. The first scale's sums are ``wx``, ``wxx``, ``wxy``; the others' are ``wxs``.
+SCALES: tuple[float, ...] = (1.0, 4.0, 16.0, 64.0, 256.0)
+
 
 class Moments(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True,
               array_like=True):
     """Importance-weighted sums of one arm, w = 1/propensity (over the inclusion probability
-    too for a sampled record: w = v/p, v = 1/inclusion), x = log1p(extras)::
+    too for a sampled record: w = v/p, v = 1/inclusion), x_k = log1p(extras / SCALES[k])::
 
         n, Σw, Σw², Σwy, Σw²y, Σw²y²       (SNIPS mean and its delta-method variance)
-        Σwx, Σwx², Σwxy, Σwy²               (the regression adjustment)
+        Σwx, Σwx², Σwxy, Σwy²               (the regression adjustment, x = x_0)
+        (Σwx_k, Σwx_k², Σwx_ky) for k ≥ 1   (``wxs``: the other scales)
 
     ``mean`` = Σwy/Σw, ``mean_x`` = Σwx/Σw, ``sxx`` = Σw(x - mean_x)², ``sxy`` =
-    Σw(x - mean_x)y, ``syy`` = Σw(y - mean)². The x sums came later; a snapshot without them
-    reads as zeros (no covariate seen)."""
+    Σw(x - mean_x)y, ``syy`` = Σw(y - mean)²; `at` gives them at another scale. The x sums
+    came later; a snapshot without them reads as zeros (no covariate seen)."""
 
     n: float = 0.0
     w: float = 0.0
@@ -32,27 +40,47 @@ class Moments(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=T
     wxx: float = 0.0
     wxy: float = 0.0
     wyy: float = 0.0
+    wxs: tuple[float, ...] = ()
 
     def add(self, y: float, weight: float = 1.0, max_n: float = math.inf,
-            x: float = 0.0) -> Moments:
+            extra: float = 0.0) -> Moments:
         """The sums with one more round; past ``max_n`` rounds every sum is first scaled by
         (max_n - 1)/n (drift scaling, see the module docstring).
 
         :param y: the round's value.
         :param weight: its importance weight, 1/propensity (1 for the lift's sums).
         :param max_n: the most rounds the sums keep.
-        :param x: its covariate, log1p of its extra candidates.
+        :param extra: its extra candidates, the covariate's argument.
         """
-        sums = msgspec.structs.astuple(self)
+        sums = msgspec.structs.astuple(self)[:10]
+        wxs = self.wxs
         if self.n + 1.0 > max_n:
             f = (max_n - 1.0) / self.n
             sums = tuple(v * f for v in sums)
+            wxs = tuple(v * f for v in wxs)
         n, w, w2, wy, w2y, w2y2, wx, wxx, wxy, wyy = sums
         ww = weight * weight
+        x = math.log1p(extra / SCALES[0])
+        if extra or wxs:   # sums never given a covariate (the lift's) keep none
+            wxs = wxs or (0.0,) * (3 * len(SCALES) - 3)
+            more: list[float] = []
+            for k, scale in enumerate(SCALES[1:]):
+                xk = math.log1p(extra / scale)
+                more += [wxs[3 * k] + weight * xk, wxs[3 * k + 1] + weight * xk * xk,
+                         wxs[3 * k + 2] + weight * xk * y]
+            wxs = tuple(more)
         return Moments(n=n + 1.0, w=w + weight, w2=w2 + ww, wy=wy + weight * y,
                        w2y=w2y + ww * y, w2y2=w2y2 + ww * y * y, wx=wx + weight * x,
                        wxx=wxx + weight * x * x, wxy=wxy + weight * x * y,
-                       wyy=wyy + weight * y * y)
+                       wyy=wyy + weight * y * y, wxs=wxs)
+
+    def at(self, k: int) -> Moments:
+        """These sums with the covariate at ``SCALES[k]`` in ``wx``, ``wxx``, ``wxy`` (zeros
+        where a snapshot from before the other scales has none)."""
+        if k == 0:
+            return self
+        part = self.wxs[3 * k - 3:3 * k] if self.wxs else (0.0, 0.0, 0.0)
+        return msgspec.structs.replace(self, wx=part[0], wxx=part[1], wxy=part[2], wxs=())
 
     @property
     def mean_x(self) -> float:
@@ -140,8 +168,9 @@ def adjusted_gain(baseline: Moments, powerful: Moments) -> tuple[float, float]:
     is worth as much as the model change. The raw difference credits the model with the
     extras' value (it read -0.05 for segments truly worth +0.02 and +0.05 in the demo). So
     this is the regression adjustment of experiments (ANCOVA; Lin 2013): value = arm + β·x,
-    x = log1p(extras) (the concave curve `workers.policy.admission.marginal_extra_value`
-    assumes), β pooled within the arms. β is kept ≥ 0: more candidates never lower the best
+    x = log1p(extras / s) (a concave curve, as `workers.policy.shed_order.marginal_extra_value`
+    assumes; the caller picks s with `best_scale`, here x is whatever the sums hold), β
+    pooled within the arms. β is kept ≥ 0: more candidates never lower the best
     score, and a negative slope is noise."""
     raw = powerful.mean - baseline.mean
     sxx = baseline.sxx + powerful.sxx
@@ -183,4 +212,30 @@ def sbm_share_var(counted: list[tuple[float, float]], sbm: float, treated: Momen
 
 
 def merge(a: Moments, b: Moments) -> Moments:
-    return Moments(**{f: getattr(a, f) + getattr(b, f) for f in Moments.__struct_fields__})
+    sums = {f: getattr(a, f) + getattr(b, f) for f in Moments.__struct_fields__ if f != "wxs"}
+    if not a.wxs or not b.wxs:
+        wxs = a.wxs or b.wxs
+    else:
+        wxs = tuple(x + y for x, y in zip(a.wxs, b.wxs, strict=True))
+    return Moments(**sums, wxs=wxs)
+
+
+def residual(baseline: Moments, powerful: Moments) -> float:
+    """What the within-arm regression leaves unexplained, Syy - Sxy²/Sxx (pooled over the
+    arms; Syy when x does not vary): the smaller, the better the covariate's shape fits."""
+    sxx = baseline.sxx + powerful.sxx
+    syy = baseline.syy + powerful.syy
+    if sxx <= 1e-9:
+        return syy
+    sxy = baseline.sxy + powerful.sxy
+    return syy - max(sxy, 0.0) ** 2 / sxx
+
+
+def best_scale(pairs: list[tuple[Moments, Moments]]) -> int:
+    """The index in ``SCALES`` of the covariate that fits the outcomes best, summed over
+    (baseline, powerful) pairs (the segments): least squares over the scales, the shape of
+    the value curve learned from the data rather than assumed. Ties and no data: the first."""
+    if not pairs:
+        return 0
+    scores = [sum(residual(b.at(k), p.at(k)) for b, p in pairs) for k in range(len(SCALES))]
+    return min(range(len(SCALES)), key=lambda k: (scores[k], k))

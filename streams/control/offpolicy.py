@@ -2,7 +2,7 @@
 
 Every joined decision (``streams.control.labels``) is a logged bandit round i: its segment
 s_i (the context), its arm a_i in {baseline, powerful} (``model``), the probability p_i the
-router gave that arm (``propensity``), its covariate x_i = log1p(extra candidates scored) and
+router gave that arm (``propensity``), its covariate x_i = log1p(extras scored / s) and
 its observed value y_i, and the probability pi_i that its record was logged at all
 (``inclusion``: the client's ``decision_sample``, 1 for every holdout record and for a
 client that logs every decision). Its sampling weight is v_i = 1/pi_i and its weight in the
@@ -19,7 +19,9 @@ Joachims 2015; the stabilised IPW of the causal-inference texts)::
     gain_s = mu_powerful - mu_baseline
 
 Regression adjustment for the arms' unequal extras (ANCOVA, Lin 2013; `adjusted_gain`), with
-xbar_a = sum w x / sum w per arm and sums pooled within the arms::
+xbar_a = sum w x / sum w per arm and sums pooled within the arms, at the scale s among
+``moments.SCALES`` whose covariate leaves the least residual sum of squares over every
+segment (`moments.best_scale`: the value curve's bend learned, not assumed)::
 
     Sxx = sum_a sum_i w_i (x_i - xbar_a)^2      Sxy = sum_a sum_i w_i (x_i - xbar_a) y_i
     beta = max(0, Sxy / Sxx)
@@ -119,6 +121,7 @@ from streams.control.moments import (
     Estimate,
     Moments,
     adjusted_gain,
+    best_scale,
     estimate,
     sampled,
     sbm_share_var,
@@ -177,6 +180,16 @@ class GainEstimator:
         self._strata: dict[str, Stratum] = dict(state.strata)
         self._unstratified = state.unstratified
         self._z = NormalDist().inv_cdf(0.5 + labels.confidence / 2.0)
+        self._scale: int | None = None
+        """The covariate's scale (`best_scale`) over the segments' sums, until they change."""
+
+    def scale(self) -> int:
+        """The index in ``moments.SCALES`` of the covariate the adjustment uses: the one the
+        joined outcomes of every segment fit best, chosen again whenever they change."""
+        if self._scale is None:
+            self._scale = best_scale([(a.baseline, a.powerful)
+                                      for _, a in sorted(self._segments.items())])
+        return self._scale
 
     def observe(self, joined: RoutingOutcome) -> None:
         """Fold one joined decision (its ``value`` set) in."""
@@ -203,15 +216,16 @@ class GainEstimator:
                                                             + self._segments[s].powerful.n, s))
                 del self._segments[victim]
             seg = Arms()
-        weight, x = v / joined.propensity, math.log1p(joined.extra)
+        weight, extra = v / joined.propensity, float(joined.extra)
         if joined.model == "powerful":
             seg = Arms(baseline=seg.baseline,
-                       powerful=seg.powerful.add(value, weight, max_n, x),
+                       powerful=seg.powerful.add(value, weight, max_n, extra),
                        powerful_total=seg.powerful_total + v)
         else:
-            seg = Arms(baseline=seg.baseline.add(value, weight, max_n, x),
+            seg = Arms(baseline=seg.baseline.add(value, weight, max_n, extra),
                        powerful=seg.powerful, powerful_total=seg.powerful_total)
         self._segments[joined.segment] = seg
+        self._scale = None
 
     def _stratify(self, segment: str, value: float, holdout: bool, v: float) -> None:
         stratum = self._strata.get(segment)
@@ -235,7 +249,8 @@ class GainEstimator:
             return Estimate()
         cfg = self.sbm
         prior_var, weight = cfg.prior_obs_std ** 2, cfg.prior_obs_weight
-        gain, slope_var = adjusted_gain(arms.baseline, arms.powerful)
+        k = self.scale()
+        gain, slope_var = adjusted_gain(arms.baseline.at(k), arms.powerful.at(k))
         return estimate(gain, arms.powerful.shrunk_var_of_mean(prior_var, weight)
                          + arms.baseline.shrunk_var_of_mean(prior_var, weight) + slope_var,
                          self._z)
@@ -250,7 +265,8 @@ class GainEstimator:
         k = self.labels.min_labels
         if base.n < k or powerful.n < k:
             return 0.0
-        return adjusted_gain(base, powerful)[0]
+        k = self.scale()
+        return adjusted_gain(base.at(k), powerful.at(k))[0]
 
     def priority(self, segment: str, fleet_gain: float | None = None) -> SegmentPriority:
         """Posterior of a segment's gain, precision-weighted::

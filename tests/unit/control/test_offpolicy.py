@@ -21,6 +21,7 @@ import pytest
 
 from schemas.contract import DECISION_VERSION, RoutingOutcome
 from streams.control.config import LabelsConfig, SbmConfig
+from streams.control.moments import SCALES, best_scale, merge
 from streams.control.offpolicy import GainEstimator, Moments, adjusted_gain
 
 #: obp's SNIPS estimate of each deterministic policy on `logged_rounds()`.
@@ -61,7 +62,7 @@ def _moments(model: str, max_n: float = math.inf) -> Moments:
     m = Moments()
     for arm, p, extra, y in logged_rounds():
         if arm == model:
-            m = m.add(y, 1.0 / p, max_n, math.log1p(extra))
+            m = m.add(y, 1.0 / p, max_n, extra)
     return m
 
 
@@ -184,3 +185,48 @@ def test_drift_scaling_is_an_exponential_window_of_max_n_rounds() -> None:
     assert m.mean_x == pytest.approx(float(np.sum(decay * w * x) / np.sum(decay * w)), rel=1e-9)
     # At n = n_max a round k rounds old weighs (1 - 1/n_max)^k.
     assert decay[-11] / decay[-1] == pytest.approx((1 - 1 / max_n) ** 10)
+
+
+def test_every_scale_of_the_covariate_keeps_its_sums_through_drift_and_merge() -> None:
+    """The sums at each scale are those of x = log1p(extras / scale), scaled with the rest
+    past max_n, and merged element by element (a side without any reads as zeros)."""
+    rounds = [(y, 1.0 / p, float(e)) for _, p, e, y in logged_rounds()]
+    m = Moments()
+    for y, w, e in rounds:
+        m = m.add(y, w, 50.0, e)
+    plain = Moments()
+    for k, scale in enumerate(SCALES):
+        at = m.at(k)
+        one = Moments()
+        for y, w, e in rounds:
+            one = one.add(y, w, 50.0, e / scale)   # the same rounds, at scale 1
+        assert (at.wx, at.wxx, at.wxy) == pytest.approx((one.wx, one.wxx, one.wxy), rel=1e-9)
+        assert merge(at, plain).mean_x == pytest.approx(at.mean_x)
+    half = len(rounds) // 2
+    a, b = Moments(), Moments()
+    for y, w, e in rounds[:half]:
+        a = a.add(y, w, math.inf, e)
+    for y, w, e in rounds[half:]:
+        b = b.add(y, w, math.inf, e)
+    whole = Moments()
+    for y, w, e in rounds:
+        whole = whole.add(y, w, math.inf, e)
+    assert merge(a, b).wxs == pytest.approx(whole.wxs, rel=1e-9)
+    assert merge(a, Moments()).wxs == a.wxs
+
+
+def test_the_scale_that_fits_the_outcomes_is_chosen() -> None:
+    """Outcomes on ln(1 + k/64) pick 64 among the scales; outcomes with no covariate at all
+    pick the first."""
+    rng = np.random.default_rng(3)
+    base, powerful = Moments(), Moments()
+    for _ in range(5000):
+        extra = float(rng.integers(0, 1000))
+        y = 0.1 * math.log1p(extra / 64.0) + rng.normal(0.0, 0.01)
+        if rng.random() < 0.5:
+            base = base.add(y, 2.0, math.inf, extra)
+        else:
+            powerful = powerful.add(y + 0.02, 2.0, math.inf, extra)
+    assert SCALES[best_scale([(base, powerful)])] == 64.0
+    flat = Moments().add(1.0).add(2.0)
+    assert best_scale([(flat, flat)]) == 0 and best_scale([]) == 0
