@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import subprocess
@@ -47,320 +46,16 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections import deque
-from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from bench.common import broker
-from schemas.clock import wall_ms_fine
-from schemas.topics import scope_partition
+from bench.fleet_load import Shape, now_s
+from bench.fleet_verdicts import after_close_delays, keeps_up, percentile
 
-REPORT_INTERVAL_S = 1.0
-STEP_S = 0.05
-LINGER_S = 0.2
-BATCH_MAX = 500
-LABEL_DELAY_S = 1.0
-HOLDOUT = 0.01
 IDLE_S = 4.0
-WINDOW_START, WINDOW_END = b"1111111111111", b"2222222222222"
-TS, RID, VALUE = b"3333333333333", b"RIDRIDRIDRIDRIDRID", b"0.123456"
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What the synthetic fleet writes."""
-
-    replicas: int
-    rps: float
-    sample: float
-    regions: int
-    partitions: int
-    clients: int
-    interval_s: float = REPORT_INTERVAL_S
-    holdout: float = HOLDOUT
-    label_delay_s: float = LABEL_DELAY_S
-
-    @property
-    def logged_share(self) -> float:
-        """Share of requests whose decision is logged: the holdout, and `sample` of the rest."""
-        return self.holdout + (1.0 - self.holdout) * self.sample
-
-    def events_per_s(self) -> float:
-        """Reports, decision records and labels a second, at the asked rate."""
-        return self.replicas / self.interval_s + 2 * self.rps * self.logged_share
-
-
-def _now() -> float:
-    """Wall-clock seconds (`schemas.clock`: the time base the control plane stamps with)."""
-    return wall_ms_fine() / 1000.0
-
-
-# ---- pure parts: percentiles, lag trend, delays -------------------------------------------
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The `q` quantile (0..1) by linear interpolation between order statistics; None if empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * min(max(q, 0.0), 1.0)
-    low = math.floor(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
-def slope(points: Sequence[tuple[float, float]]) -> float:
-    """Least-squares slope of (t, y); 0 for fewer than two distinct times."""
-    if len(points) < 2:
-        return 0.0
-    n = len(points)
-    mt = sum(t for t, _ in points) / n
-    my = sum(y for _, y in points) / n
-    var = sum((t - mt) ** 2 for t, _ in points)
-    if var == 0:
-        return 0.0
-    return sum((t - mt) * (y - my) for t, y in points) / var
-
-
-def keeps_up(lag: Sequence[tuple[float, float]], in_rate: float,
-             bound_s: float = 5.0, growth: float = 0.05) -> dict[str, Any]:
-    """Whether a consumer keeps up, from (t_s, lag_messages) samples over a run.
-
-    It keeps up when, over the second half of the samples, the lag's fitted slope is at most
-    `growth` of the input rate (it takes at least 95% of what comes in: anything less grows
-    without bound) and the last lag is under `bound_s` seconds of input (commits are a second
-    apart, so a consumer that keeps up shows about a second of lag).
-    """
-    if len(lag) < 4:
-        return {"keeps_up": False, "why": "too few lag samples"}
-    half = lag[len(lag) // 2:]
-    trend = slope(half)
-    last = half[-1][1]
-    bound = max(bound_s * in_rate, 100.0)
-    ok = trend <= growth * max(in_rate, 1.0) and last <= bound
-    return {"keeps_up": ok, "lag_slope_per_s": round(trend, 1), "lag_last": last,
-            "lag_max": max(y for _, y in lag), "lag_bound": round(bound)}
-
-
-def consumed_at(counts: Sequence[tuple[float, float]], needed: float) -> float | None:
-    """The first time (from (t, cumulative count) samples, in order) the count reached
-    `needed`; None if it never did."""
-    for t, count in counts:
-        if count >= needed:
-            return t
-    return None
-
-
-def after_close_delays(closes_s: Sequence[float], per_window: int,
-                       counts: Sequence[tuple[float, float]],
-                       targets: Mapping[str, Sequence[float]], since_s: float,
-                       until_s: float) -> tuple[list[float], int]:
-    """Per scope and fleet window closed in [since_s, until_s): seconds from the close to the
-    scope's first targets published once the control plane had counted all of the window's
-    reports (``(w + 1) * per_window`` in all). Windows it never counted, or with no targets
-    after, are returned as a count instead (they missed)."""
-    delays: list[float] = []
-    missed = 0
-    for w, close in enumerate(closes_s):
-        if not since_s <= close < until_s:
-            continue
-        seen = consumed_at(counts, (w + 1) * per_window)
-        for times in targets.values():
-            after = next((t for t in times if seen is not None and t >= seen), None)
-            if after is None:
-                missed += 1
-            else:
-                delays.append(max(after - close, 0.0))
-    return delays, missed
-
-
-def region_names(regions: int, partitions: int) -> list[str]:
-    """`regions` scope names, each on a partition of its own while there are partitions to
-    spare (a scope's events all go to one partition, by murmur2 of its name)."""
-    names: list[str] = []
-    used: set[int] = set()
-    candidate = 0
-    while len(names) < regions:
-        name = f"r{candidate}"
-        candidate += 1
-        p = scope_partition(name, partitions)
-        if p in used and len(used) < partitions and candidate < 100_000:
-            continue
-        used.add(p)
-        names.append(name)
-    return names
-
-
-# ---- the generator (its own process) ------------------------------------------------------
-
-
-def _templates(shape: Shape, regions: list[str]) -> tuple[list[bytes], dict[tuple[str, bool],
-                                                                           bytes]]:
-    from msgspec import UNSET
-
-    from schemas.codec import encode
-    from schemas.contract import SAMPLED_VERSION, SUPPLY_VERSION, RoutingOutcome, WindowReport
-    from schemas.sketch import new_sketch, to_wire
-
-    per_replica = shape.rps / shape.replicas * shape.interval_s
-    sketch = new_sketch()
-    for i in range(200):
-        sketch.add(4.0 + (i % 50) * 0.8)
-    wire = to_wire(sketch)
-    reports = []
-    for i in range(shape.replicas):
-        region = regions[i % len(regions)]
-        reports.append(encode(WindowReport(
-            pool_id=f"{region}/rank/baseline/a100/baseline", worker_id=f"w{i}", region=region,
-            service="rank", model="baseline", tier="baseline", accelerator="a100",
-            window_start_ms=int(WINDOW_START), window_end_ms=int(WINDOW_END),
-            requests=round(per_replica), baseline_requests=round(per_replica),
-            latency_ms=wire, utilisation=0.5, capacity_rps=2 * per_replica / shape.interval_s,
-            busy_s=0.5 * shape.interval_s, units_done=round(per_replica) * 100)))
-    decisions = {}
-    for region in regions:
-        for holdout in (False, True):
-            sampled = not holdout and shape.sample < 1.0
-            record = RoutingOutcome(
-                v=SAMPLED_VERSION if sampled else SUPPLY_VERSION, ts_ms=int(TS), scope=region,
-                request_id=RID.decode(), segment="s1", model="baseline", extra=0 if holdout
-                else 8, propensity=1.0, holdout=holdout, available=200,
-                inclusion=shape.sample if sampled else UNSET)
-            decisions[(region, holdout)] = encode(record)
-    return reports, decisions
-
-
-def generate(bootstrap: str, prefix: str, shape: Shape, seconds: float,
-             start_wall_s: float) -> dict[str, Any]:
-    """Write the fleet's events from `start_wall_s` for `seconds`; what was written."""
-    from schemas import kafka_clients
-    from schemas.codec import encode
-    from schemas.contract import OutcomeLabel
-    from schemas.kafka_config import KafkaSettings
-
-    kafka = KafkaSettings(bootstrap=bootstrap, prefix=prefix)
-    regions = region_names(shape.regions, shape.partitions)
-    reports, decisions = _templates(shape, regions)
-    label_tpl = {r: encode(OutcomeLabel(ts_ms=int(TS), scope=r, request_id=RID.decode(),
-                                        value=float(VALUE))) for r in regions}
-    label_partition = {r: scope_partition(r, shape.partitions) for r in regions}
-    producer = kafka_clients.producer(kafka, **{
-        "linger.ms": 20, "batch.num.messages": 10_000, "queue.buffering.max.messages": 2_000_000,
-        "queue.buffering.max.kbytes": 2_000_000})
-    t_topic, o_topic, l_topic = (kafka.topic(t) for t in ("telemetry", "outcomes", "labels"))
-    clients = max(1, shape.clients)
-    client_region = [regions[c % len(regions)] for c in range(clients)]
-    pending: list[list[bytes]] = [[] for _ in range(clients)]
-    pending_labels: list[list[tuple[bytes, bytes]]] = [[] for _ in range(clients)]
-    label_queue: deque[tuple[float, int, bytes]] = deque()
-    holdout_share = shape.holdout / shape.logged_share
-    run_id = uuid.uuid4().hex[:6]
-    reports_done = logged_done = labels_done = messages = 0
-    closes: list[float] = []
-    behind_max = 0.0
-
-    def produce(topic: str, key: bytes, value: bytes, partition: int = -1) -> None:
-        nonlocal messages
-        while True:
-            try:
-                if partition >= 0:
-                    producer.produce(topic, key=key, value=value, partition=partition)
-                else:
-                    producer.produce(topic, key=key, value=value)
-                break
-            except BufferError:
-                producer.poll(0.01)
-        messages += 1
-
-    def flush_client(c: int) -> None:
-        region = client_region[c]
-        key = region.encode()
-        batch = pending[c]
-        for i in range(0, len(batch), BATCH_MAX):
-            chunk = batch[i:i + BATCH_MAX]
-            produce(o_topic, key, chunk[0] if len(chunk) == 1 else b"[" + b",".join(chunk) + b"]")
-        pending[c] = []
-        labels = pending_labels[c]
-        for i in range(0, len(labels), BATCH_MAX):
-            pairs = labels[i:i + BATCH_MAX]
-            if len(pairs) == 1:
-                produce(l_topic, pairs[0][0], pairs[0][1], label_partition[region])
-            else:
-                produce(l_topic, key, b"[" + b",".join(v for _, v in pairs) + b"]",
-                        label_partition[region])
-        pending_labels[c] = []
-
-    while _now() < start_wall_s:
-        time.sleep(0.005)
-    t0 = start_wall_s
-    end = t0 + seconds
-    next_client = 0.0  # clients flushed so far, fractional
-    step = 0
-    while True:
-        step += 1
-        target_t = min(t0 + step * STEP_S, end)
-        now = _now()
-        if now < target_t:
-            time.sleep(target_t - now)
-        now = _now()
-        behind_max = max(behind_max, now - target_t)
-        elapsed = target_t - t0
-        now_ms = int(now * 1000)
-        # telemetry: report j is due at t0 + j * interval / replicas
-        due = int(elapsed / shape.interval_s * shape.replicas)
-        for j in range(reports_done, due):
-            i = j % shape.replicas
-            end_ms = b"%d" % int((t0 + (j + 1) * shape.interval_s / shape.replicas) * 1000)
-            start_ms = b"%d" % (int(end_ms) - int(shape.interval_s * 1000))
-            value = reports[i].replace(WINDOW_START, start_ms).replace(WINDOW_END, end_ms)
-            produce(t_topic, regions[i % len(regions)].encode(), value)
-            if i == shape.replicas - 1:
-                closes.append(_now())
-        reports_done = max(reports_done, due)
-        # decision records: the logged requests due so far, dealt over the clients
-        logged_due = int(elapsed * shape.rps * shape.logged_share)
-        ts = b"%d" % now_ms
-        for m in range(logged_done, logged_due):
-            c = m % clients
-            holdout = math.floor((m + 1) * holdout_share) > math.floor(m * holdout_share)
-            rid = b"q%s-%x" % (run_id.encode(), m)
-            tpl = decisions[(client_region[c], holdout)]
-            pending[c].append(tpl.replace(TS, ts).replace(RID, rid))
-            label_queue.append((target_t + shape.label_delay_s, c, rid))
-        logged_done = max(logged_done, logged_due)
-        # labels that are due join their client's next batch
-        while label_queue and label_queue[0][0] <= target_t:
-            _, c, rid = label_queue.popleft()
-            pending_labels[c].append((rid, label_tpl[client_region[c]].replace(TS, ts).replace(
-                RID, rid).replace(VALUE, b"%.2f" % (0.5 + (labels_done % 100) / 100))))
-            labels_done += 1
-        # each client flushes once per linger, the clients staggered over it
-        flushes = elapsed / LINGER_S * clients
-        while next_client + 1 <= flushes:
-            flush_client(int(next_client) % clients)
-            next_client += 1
-        producer.poll(0)
-        if target_t >= end:
-            break
-    for c in range(clients):
-        flush_client(c)
-    left = producer.flush(60)
-    took = max(_now() - t0, 1e-9)
-    requests = logged_done / shape.logged_share
-    return {
-        "reports": reports_done, "decisions": logged_done, "labels": labels_done,
-        "events": reports_done + logged_done + labels_done, "messages": messages,
-        "undelivered": left, "closes_s": closes, "seconds": round(took, 2),
-        "achieved_rps": round(requests / took), "achieved_reports_per_s": round(
-            reports_done / took), "behind_max_s": round(behind_max, 3)}
-
-
-def _generator_main(args: dict[str, Any]) -> None:
-    shape = Shape(**args.pop("shape"))
-    print(json.dumps(generate(shape=shape, **args)))
 
 
 # ---- the raw floor (its own process) ------------------------------------------------------
@@ -403,7 +98,7 @@ def raw_floor(bootstrap: str, prefix: str, events: int, timeout_s: float = 60.0)
             if msg.error() or value is None:
                 continue
             decode, apply = decoders[str(msg.topic())]
-            now_ms = int(_now() * 1000)
+            now_ms = int(now_s() * 1000)
             for event in decode(value):
                 scope = getattr(event, "region", None) or event.scope
                 controller = controllers.get(scope)
@@ -528,7 +223,7 @@ class _Sampler(threading.Thread):
         watch.start()
         last_lag = 0.0
         while not self.stop.is_set():
-            now = _now()
+            now = now_s()
             try:
                 scraped = [_scrape(port) for _, port in self.procs]
                 cpu = sum(_proc_cpu_s(pid) for pid, _ in self.procs)
@@ -585,16 +280,16 @@ def measure(bootstrap: str, shape: Shape, processes: int, seconds: float, workdi
         procs = [(c.pid or 0, port) for c, port in children]
         sampler = _Sampler(bootstrap, prefix, group, shape.partitions, procs)
         sampler.start()
-        start = _now() + IDLE_S  # the processes' idle cost is measured before it
+        start = now_s() + IDLE_S  # the processes' idle cost is measured before it
         gen_args = {"bootstrap": bootstrap, "prefix": prefix, "shape": asdict(shape),
                     "seconds": seconds, "start_wall_s": start}
-        written = _child_json("import json, bench.fleet as f; "
+        written = _child_json("import json, bench.fleet_load as f; "
                               f"f._generator_main(json.loads({json.dumps(json.dumps(gen_args))}))",
                               timeout_s=seconds + 120)
         # drain: until every event written is counted, or 15 s
         wait_until(lambda: bool(sampler.counts) and sampler.counts[-1][2] >= written["events"],
                    timeout_s=15.0)
-        drained = _now()
+        drained = now_s()
         time.sleep(max(period_s or 0.0, 1.0) + 0.5)  # the targets of the last windows
         sampler.stop.set()
         sampler.join(10)

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from bench.fleet import (
-    Shape,
+from bench.fleet_load import Shape
+from bench.fleet_verdicts import (
     after_close_delays,
     consumed_at,
     keeps_up,
