@@ -12,8 +12,10 @@ held, so no genuine message is refused.
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -113,8 +115,16 @@ def _until(what: Callable[[], bool], timeout_s: float, why: str) -> None:
 async def _until_async(what: Callable[[], bool], timeout_s: float, why: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not what():
-        assert time.monotonic() < deadline, why
+        assert time.monotonic() < deadline, f"{why}\n{_threads()}"
         await asyncio.sleep(0.1)
+
+
+def _threads() -> str:
+    """Where every thread of this process is: the worker's Kafka threads run in it, and a
+    genuine notice once went unread for 60 s on a loaded CI machine with no error logged."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return "\n".join(f"thread {names.get(ident, ident)}:\n" + "".join(traceback.format_stack(frame))
+                     for ident, frame in sys._current_frames().items())
 
 
 def _count(samples: dict[str, float], name: str, **labels: str) -> float:
