@@ -23,6 +23,7 @@ from sim.messages import MessageQueue, PowerfulGivesUp
 from sim.metrics import Metrics
 from sim.scenario import Scenario
 from sim.worker import BASE, OPT, WHOLE, NormalBlock, Request
+from workers.client.config import powerful_wait_ms
 from workers.client.decision import logged_propensity
 from workers.policy.routing import Model
 
@@ -130,7 +131,7 @@ class RequestPath:
 
     def _powerful_budget(self, state: RegionState) -> float:
         """How long the client waits for the powerful model: its share of the deadline."""
-        return state.config.deadline_ms * self.sc.client.powerful_deadline_share
+        return powerful_wait_ms(state.config.deadline_ms, self.sc.client.powerful_deadline_share)
 
     def _powerful_done(self, req: Request, latency: float) -> None:
         """A powerful replica answers after ``latency``: within the client's wait the request

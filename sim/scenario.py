@@ -25,6 +25,7 @@ import msgspec
 from msgspec import Meta
 
 from streams.control.config import ControlConfig
+from workers.client.config import powerful_wait_ms
 from workers.policy.admission import AdmissionConfig
 from workers.policy.client_shed import ShedConfig
 from workers.policy.routing import RouterConfig
@@ -380,7 +381,7 @@ class Scenario(_Config, frozen=True, kw_only=True):
             return
         control = self.control.for_scope(region.name)
         sla = control.sbm.sla_p99_ms
-        budget = region.deadline_ms * self.client.powerful_deadline_share
+        budget = powerful_wait_ms(region.deadline_ms, self.client.powerful_deadline_share)
         if sla > budget:
             raise ValueError(
                 f"control.sbm.sla_p99_ms ({sla:g} ms) is over region {region.name}'s powerful "

@@ -44,7 +44,7 @@ from schemas.contract import (
 from schemas.kafka_config import KafkaSettings
 from schemas.signing import Keyring, KeySource
 from workers.api import Candidate, RankRequest, RankResponse
-from workers.client.config import ClientConfig
+from workers.client.config import ClientConfig, powerful_wait_ms
 from workers.client.decision import Decider, Decision, logged_propensity
 from workers.client.feed import MembershipFeed, TargetsFeed
 from workers.client.records import RecordQueue
@@ -288,7 +288,7 @@ class RankingClient:
         if decision.model == "powerful":
             # The powerful replica is told the share of the deadline this call may use, so it
             # trims or refuses what it could not finish before the client gives up on it.
-            budget_ms = deadline * self.config.powerful_deadline_share
+            budget_ms = powerful_wait_ms(deadline, self.config.powerful_deadline_share)
             try:
                 response = await self._call(
                     "powerful", msgspec.structs.replace(request, deadline_ms=budget_ms),

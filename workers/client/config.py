@@ -87,3 +87,10 @@ class ClientConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
         if not self.membership and not self.baseline_urls:
             raise ValueError("`baseline_urls` is empty and `membership` is off: the client "
                              "has no replica to send baseline work to")
+
+
+def powerful_wait_ms(deadline_ms: float, share: float) -> float:
+    """How long a client waits for the powerful model before it falls back to the baseline
+    pool with the rest of the deadline (``powerful_deadline_share``). The live client, the
+    simulated one and the scenario check that the SBM SLA fits in it all use this."""
+    return deadline_ms * share
