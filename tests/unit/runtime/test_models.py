@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.unit.runtime.tiny import TINY
 from workers.runtime.models import (
     ModelConfig,
     ModelLoadError,
@@ -23,8 +24,6 @@ from workers.runtime.models import (
     warmup_sizes,
 )
 
-TINY = ModelConfig(num_dense=4, num_sparse=3, rows_per_table=50, embedding_dim=4,
-                   bottom_mlp=(8,), top_mlp=(8,), deep_mlp=(32, 16), cross_layers=2, seed=7)
 NAMES: list[ModelName] = ["baseline", "powerful"]
 
 

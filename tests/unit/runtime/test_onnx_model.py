@@ -14,6 +14,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
+from tests.unit.runtime.tiny import TINY
 from workers.features import Declared, Input, Signature, SignatureMismatch
 from workers.runtime.models import (
     ModelConfig,
@@ -27,8 +28,6 @@ from workers.runtime.models import (
 )
 from workers.runtime.onnx_model import check_graph, declared, execution_device
 
-TINY = ModelConfig(num_dense=4, num_sparse=3, rows_per_table=50, embedding_dim=4,
-                   bottom_mlp=(8,), top_mlp=(8,), deep_mlp=(32, 16), cross_layers=2, seed=7)
 FIXED = Signature.fixed(4, 3)
 
 
