@@ -42,11 +42,11 @@ from schemas.contract import (
     RoutingOutcome,
 )
 from schemas.kafka_config import KafkaSettings
-from schemas.signing import Keyring, KeySource
+from schemas.signing import REFUSALS, Keyring, KeySource
 from workers.api import Candidate, RankRequest, RankResponse
 from workers.client.config import ClientConfig, powerful_wait_ms
 from workers.client.decision import Decider, Decision, logged_propensity
-from workers.client.feed import MembershipFeed, TargetsFeed
+from workers.client.feed import MembershipFeed, Refuse, TargetsFeed
 from workers.client.records import RecordQueue
 from workers.client.transport import RETRY_ON_ANOTHER_REPLICA, CallFailed, Transport
 from workers.policy.baseline_retry import BaselineRetry
@@ -158,7 +158,7 @@ class RankingClient:
                                               self.decider.bump)
         self._flusher = asyncio.create_task(records.flush_every())
         self._feed = TargetsFeed(self.kafka, self.config.scope, self._from_feed,
-                                 records.dead_letter, check=self.decider.targets.verifier)
+                                 records.dead_letter)
         self._feed.start()
         if self.membership is not None:
             self._membership_feed = MembershipFeed(self.kafka, self.config.scope,
@@ -196,20 +196,25 @@ class RankingClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def _from_feed(self, targets: ControlTargets) -> None:
+    def _from_feed(self, targets: ControlTargets, refuse: Refuse) -> None:
         """Feed thread -> event loop: policy state is only touched on the loop."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):     # loop closing under us
-                loop.call_soon_threadsafe(self.apply_targets, targets)
+                loop.call_soon_threadsafe(self.apply_targets, targets, refuse)
 
-    def apply_targets(self, targets: ControlTargets) -> None:
+    def apply_targets(self, targets: ControlTargets, refuse: Refuse | None = None) -> None:
         """Offer a targets message to the target state (also usable without Kafka).
 
         :param targets: applied if it is for this scope, newer, fresh, in the contract and
             (with a signing key) signed; clamped to ``config.limits``; else dropped and counted.
+        :param refuse: called with the verdict when the target state refuses the target for
+            its signature (the feed's dead letter; the worker does the same with its own). An
+            expired target is dropped before its signature is judged, so it never is.
         """
-        self.decider.offer(targets, self._clock())
+        verdict = self.decider.offer(targets, self._clock())
+        if refuse is not None and verdict.reason in REFUSALS:
+            refuse(verdict.reason)
 
     def _from_membership_feed(self, replica_id: str,
                               announcement: ReplicaAnnouncement | None) -> None:

@@ -6,7 +6,9 @@
 value of every key after a restart and then follows new ones. Targets of other scopes are
 skipped by key; messages that do not decode go to the dead-letter topic with the reason and
 offset. Decoded values are handed to `deliver` on the consumer thread; the caller moves them to
-its own thread (the RankingClient uses `loop.call_soon_threadsafe`).
+its own thread (the RankingClient uses `loop.call_soon_threadsafe`). A target comes with a
+`Refuse` for its message: the target state's verdict decides whether it is dead-lettered, as
+on the worker, so an expired target is never refused for its key (`workers.policy.targets`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from schemas.kafka_clients import OFFSET_BEGINNING, Consumer, Message, TopicUnav
 from schemas.kafka_config import KafkaSettings
 
 DeadLetterSink = Callable[[DeadLetter], None]
+#: Dead-letters the message a target came in with, naming the refusal (a signature verdict).
+Refuse = Callable[[str], None]
 
 
 class CompactedFeed:
@@ -121,17 +125,16 @@ class TargetsFeed(CompactedFeed):
     logical = "targets"
 
     def __init__(self, kafka: KafkaSettings, scope: str,
-                 deliver: Callable[[ControlTargets], None],
-                 dead_letter: DeadLetterSink | None = None, poll_timeout_s: float = 0.1, *,
-                 check: Callable[[ControlTargets], str | None] | None = None) -> None:
-        """``check``: with a signing key, why targets do not verify (`Keyring.check`), or None;
-        those that do not are dead-lettered with that reason here, where their offset is
-        known, and still delivered: the target state refuses them and counts the verdict,
-        the one place the client counts targets by verdict."""
+                 deliver: Callable[[ControlTargets, Refuse], None],
+                 dead_letter: DeadLetterSink | None = None,
+                 poll_timeout_s: float = 0.1) -> None:
+        """``deliver(targets, refuse)``: every decoded target of this scope. The target state
+        judges it (the one place the client counts targets by verdict); on a signature
+        refusal the caller calls ``refuse(verdict)``, which dead-letters the message with its
+        offset, which only this thread knows."""
         super().__init__(kafka, scope, dead_letter, poll_timeout_s)
         self._key = scope.encode()
         self._deliver = deliver
-        self._check = check
         self._codec = codec_for(ControlTargets)
 
     def _handle(self, msg: Message) -> None:
@@ -149,12 +152,13 @@ class TargetsFeed(CompactedFeed):
             self._bump("decode_error")
             self._send_dead_letter(msg, value, str(exc))
             return
-        refusal = None if self._check is None else self._check(targets)
-        if refusal is not None:
-            key_id = targets.key_id if isinstance(targets.key_id, str) else "none"
-            self._send_dead_letter(msg, value, f"ControlTargets: {refusal} (key id {key_id})")
+        key_id = targets.key_id if isinstance(targets.key_id, str) else "none"
+
+        def refuse(verdict: str) -> None:
+            self._send_dead_letter(msg, value, f"ControlTargets: {verdict} (key id {key_id})")
+
         self._bump("received")
-        self._deliver(targets)
+        self._deliver(targets, refuse)
 
 
 class MembershipFeed(CompactedFeed):

@@ -10,6 +10,15 @@ receiver whose clock is off by up to ``max_clock_skew_ms`` keeps targets exactly
 Values inside the contract but above this receiver's own limits are clamped, and the clamp is
 counted.
 
+A target already past its TTL when it arrives is dropped as ``expired`` before its signature is
+checked, so it is never refused for its key: a reader that starts after a key's retirement
+finds the retired key's last targets still on the compacted topic, genuine and merely old,
+and counts them expired rather than dead-lettering them as ``unknown_key``. This is safe
+because an expired target is never applied, whoever signed it: a forgery with an old
+``issued_at_ms`` is dropped the same way (counted, not dead-lettered), and it teaches the clock
+offset nothing unless it also verifies. Only a target that could be applied is judged by its
+signature, and refused and dead-lettered when it fails.
+
 `current(now_ms)` is on every request's path, so it is a comparison and a cached object; all the
 work happens in `offer`, which runs once per targets message.
 """
@@ -106,7 +115,7 @@ class TargetState:
         """Apply `targets` if it is trustworthy and newer than what is held; count the verdict."""
         reason = self._rejection(targets, now_ms)
         before = self.offset_ms()
-        if reason not in UNAUTHENTIC:  # a genuine target, even a late one: clock evidence
+        if self._genuine(targets, reason):  # even a late one: clock evidence
             self._lags.append(now_ms - targets.issued_at_ms)
         if reason is not None:
             return self._count(TargetVerdict(False, reason))
@@ -173,10 +182,33 @@ class TargetState:
         bound = self.limits.max_clock_skew_ms
         return max(-bound, min(bound, min(self._lags)))
 
+    def _genuine(self, targets: ControlTargets, reason: str | None) -> bool:
+        """Whether `targets` came from the control plane as far as this receiver can tell:
+        what its lag may teach the clock offset. An expired one was judged before its
+        signature, so the signature is checked here, for the clock only."""
+        if reason in UNAUTHENTIC:
+            return False
+        if reason != "expired":
+            return True
+        return ((self.verifier is None or self.verifier(targets) is None)
+                and _in_range(targets))
+
+    def _expired(self, targets: ControlTargets, now_ms: int) -> bool:
+        """Past its TTL (capped by ``max_ttl_ms``) on the sender's clock, read through the
+        offset estimated from earlier genuine targets."""
+        lag = now_ms - targets.issued_at_ms
+        return lag - self.offset_ms() >= min(targets.ttl_ms, self.limits.max_ttl_ms)
+
     def _rejection(self, targets: ControlTargets, now_ms: int) -> str | None:
-        """Why `targets` must not be applied, or None."""
+        """Why `targets` must not be applied, or None.
+
+        Expiry comes before the signature (see the module docstring): an expired target is
+        never applied whoever signed it, so its key is not judged and it is not refused for
+        it (a retired key's genuine targets, read back from the compacted topic)."""
         if targets.scope != self.scope:
             return "wrong_scope"
+        if self._expired(targets, now_ms):
+            return "expired"
         if self.verifier is not None:
             refusal = self.verifier(targets)   # unsigned, unknown_key, bad_signature
             if refusal is not None:
@@ -189,8 +221,6 @@ class TargetState:
         if lag < -self.limits.max_clock_skew_ms:
             return "from_future"
         offset = self.offset_ms()
-        if lag - offset >= min(targets.ttl_ms, self.limits.max_ttl_ms):
-            return "expired"
         # Resuming on a target sent before the preemption is the unsafe mistake, and the
         # estimate errs high (by the least transit seen): so a clock found ahead is not
         # credited here (resuming later, by at most the skew), one found behind is.

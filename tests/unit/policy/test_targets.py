@@ -7,7 +7,7 @@ import pytest
 
 from schemas.codec import decode, encode
 from schemas.contract import ControlTargets
-from schemas.signing import sign, verifier
+from schemas.signing import REFUSALS, Keyring, sign, verifier
 from tests.unit.policy.helpers import T0, targets
 from workers.policy.targets import LocalLimits, TargetState
 
@@ -242,3 +242,47 @@ def test_targets_age_is_read_on_the_senders_clock_and_is_none_before_any_target(
     state.offer(targets(epoch=1, issued_at_ms=T0), T0 + 2_005)
     state.offer(targets(epoch=2, issued_at_ms=T0 + 1_000), T0 + 3_005)
     assert state.age_ms(T0 + 3_505) == 500
+
+
+OLD_RING = Keyring({"old": KEY}, "old")
+NEW_RING = Keyring({"new": b"next-secret"}, "new")
+
+
+def test_an_expired_target_of_a_retired_key_is_dropped_as_expired_not_refused_for_its_key(
+) -> None:
+    """A reader started after the retirement reads the old key's last target back from the
+    compacted topic: genuine, past its TTL, counted expired, not a signature refusal."""
+    state = TargetState("eu1", LocalLimits(), NEW_RING.check)
+    left_on_topic = OLD_RING.sign(targets(epoch=7, issued_at_ms=T0 - 30_000, ttl_ms=12_000))
+    verdict = state.offer(left_on_topic, T0)
+    assert (verdict.accepted, verdict.reason) == (False, "expired")
+    assert verdict.reason not in REFUSALS            # so no receiver dead-letters it
+    assert state.counters == {"expired": 1} and state.current(T0).baseline_only
+    assert state.offer(NEW_RING.sign(targets(epoch=8, issued_at_ms=T0 + 5)), T0 + 10).accepted
+
+
+def test_a_retired_keys_target_still_within_its_ttl_is_refused_for_its_key() -> None:
+    state = TargetState("eu1", LocalLimits(), NEW_RING.check)
+    fresh = OLD_RING.sign(targets(issued_at_ms=T0 - 1_000, ttl_ms=12_000))
+    assert state.offer(fresh, T0).reason == "unknown_key"
+    assert state.current(T0).baseline_only
+
+
+@pytest.mark.parametrize("forge", ["unsigned", "attacker", "tamper"])
+def test_a_forged_target_with_an_old_timestamp_is_never_applied_nor_trusted_for_the_clock(
+        forge: str) -> None:
+    """Expired before its signature is judged, a forgery is dropped (never applied) and its
+    lag is not clock evidence: a genuine expired target's would set the offset."""
+    old = targets(epoch=99, coverage=1.0, issued_at_ms=T0 - 4_000, ttl_ms=3_000)
+    forged = {"unsigned": old, "attacker": sign(old, b"attacker"),
+              "tamper": msgspec.structs.replace(sign(targets(issued_at_ms=T0 - 4_000,
+                                                             ttl_ms=3_000), KEY),
+                                                epoch=99, sbm=old.sbm)}[forge]
+    state = TargetState("eu1", LocalLimits(), verifier(KEY))
+    verdict = state.offer(forged, T0)
+    assert (verdict.accepted, verdict.reason) == (False, "expired")
+    assert state.held is None and state.current(T0).baseline_only
+    assert state.offset_ms() == 0
+    genuine = TargetState("eu1", LocalLimits(), verifier(KEY))
+    assert genuine.offer(sign(old, KEY), T0).reason == "expired"
+    assert genuine.offset_ms() == 4_000
