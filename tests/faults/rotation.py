@@ -11,13 +11,13 @@ loop (`Demo._observe`, called about four times a second while the load runs) dri
    ready, since one starting may read the directory before the step or after it. Signing
    switches before the storm, so its notices (and the workers' own on SIGTERM) are signed
    with ``next``; ``demo`` is retired
-   once the reclaimed replicas are back and ready (no reader starts after the retirement:
-   docs/security.md says why that matters), and no earlier than leases and TTLs allow.
+   once the reclaimed replicas are back and ready, and no earlier than leases and TTLs allow.
 2. **Forgeries**, after the retirement, by kcat (a producer outside Surplus), each a file
    sent as one message to the scope's partition: an unsigned notice, a notice signed with a
-   key id nobody holds, a grant with a bad signature, a notice and a grant signed with the
-   retired key, a genuine target signed with the retired key replayed, and a genuine target of
-   an older epoch replayed.
+   key id nobody holds, a grant with a bad signature, a notice, a grant and a fresh target
+   signed with the retired key, a genuine target signed with the retired key replayed, and a
+   genuine target of the new key replayed. The two replays are past their TTL, so every reader
+   drops them as expired before judging their signature (`workers.policy.targets`).
 
 Each receiver's counters are scraped just before the forgeries and near the end; the
 dead-letter topic and the targets are read then too (the embedded broker stops with the run).
@@ -31,6 +31,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
+import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.clock import wall_ms
@@ -59,16 +60,19 @@ NOTICE_MARGIN_S = 3.0
 #: Seconds before the end of the load that the last counters are read.
 FINAL_BEFORE_END_S = 8.0
 #: What each forgery is, the topic it goes to, and the refusal every receiver of that topic
-#: must count for it (None: not a signature refusal).
+#: must count for it (None: not a signature refusal; both replays are counted ``expired``).
 FORGERIES = {
     "unsigned_notice": ("preemption", "unsigned"),
     "unknown_key_notice": ("preemption", "unknown_key"),
     "bad_signature_grant": ("capacity", "bad_signature"),
     "retired_key_notice": ("preemption", "unknown_key"),
     "retired_key_grant": ("capacity", "unknown_key"),
-    "replayed_retired_target": ("targets", "unknown_key"),
+    "retired_key_target": ("targets", "unknown_key"),
+    "replayed_retired_target": ("targets", None),
     "replayed_stale_target": ("targets", None),
 }
+#: How far past the newest genuine epoch the fresh target signed with the retired key claims.
+FORGED_EPOCH_JUMP = 1_000_000
 
 
 def ring_line(key_ids: list[str], signing_id: str) -> str:
@@ -272,6 +276,8 @@ class RotatingDemo(Demo):
             "bad_signature_grant": encode(guess.sign(grant("bad-signature"))),
             "retired_key_notice": encode(self._old_ring.sign(notice("retired", ranking))),
             "retired_key_grant": encode(self._old_ring.sign(grant("retired"))),
+            "retired_key_target": encode(self._old_ring.sign(msgspec.structs.replace(
+                new[-1][1], epoch=new[-1][1].epoch + FORGED_EPOCH_JUMP, issued_at_ms=now))),
             "replayed_retired_target": old[-1][0],
             "replayed_stale_target": new[0][0],
         }
