@@ -28,7 +28,6 @@ controller compared on a scenario gets exactly the same requests.
 
 from __future__ import annotations
 
-import itertools
 import time
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ from schemas.contract import (
     Event,
     PreemptionNotice,
 )
-from sim.attribution import Attribution, LabelQueue
+from sim.attribution import Attribution
 from sim.clients import NaiveClient, SimClient, SurplusClient
 from sim.controllers import ALIASES, ControlPlane, SurplusPlane, make_plane
 from sim.fleet import OppPool, RegionState
@@ -57,14 +56,15 @@ from sim.requests import RequestPath
 from sim.scenario import PoolConfig, RegionConfig, Scenario
 from sim.schedule import CAPACITY_STREAM, Action, Outbox, build, replica_id
 from sim.traces import arrival_counts
-from sim.worker import NormalBlock, Request, SimWorker
+from sim.worker import NormalBlock, SimWorker
 from streams.eventlog import EventLogWriter, make_event
 from streams.replay_output import Progress
 
 
-class Simulation(RequestPath):
+class Simulation:
     """One run of a scenario under one controller; ``run`` writes the log and returns the
-    summary."""
+    summary. Requests take their path through the fleet in ``sim.requests.RequestPath``,
+    which ``run`` builds with the fleet and the engine drives."""
 
     def __init__(self, scenario: Scenario, base_dir: Path, controller: str, out_dir: Path, *,
                  progress: bool = False, log_name: str = "events.jsonl.zst") -> None:
@@ -89,10 +89,7 @@ class Simulation(RequestPath):
             self.controller, scenario.control, [r.name for r in scenario.regions],
             static=scenario.controllers.static, naive=scenario.controllers.naive)
         self._messages = MessageQueue()
-        self._finished: list[tuple[float, int, Request]] = []
-        self._rid = itertools.count()
         self._noise: dict[str, NormalBlock] = {}
-        self._outcome_noise = NormalBlock(self.rng_outcomes, 1.0)
         self.targets_by_reason: dict[str, int] = {}
         self.effective: dict[str, ControlTargets] = {}
         self.regions: dict[str, RegionState] = {}
@@ -104,18 +101,30 @@ class Simulation(RequestPath):
         self.log: EventLogWriter | None = None
         self.metrics: Metrics | None = None
         self.events_published = 0
-        #: rid -> (propensity, holdout) of its decision (sim.worker.Request does not keep them).
-        self._logged: dict[int, tuple[float, bool]] = {}
-        #: Labels on their way, and the truth of those the control plane joins.
-        self._labels = LabelQueue()
+        #: The truth of the labels the control plane joins.
         self.attribution = Attribution(self.t0)
+        #: The requests' path through the fleet, built by ``run`` with the fleet.
+        self.requests: RequestPath
 
     # -- set-up ------------------------------------------------------------------------------
 
-    def _build(self) -> None:
+    def _build(self, metrics: Metrics) -> None:
+        """The capacity schedule, the regions with their clients and baseline replica sets,
+        and the requests' path through them."""
         self.actions = build(self.sc, self.base_dir)
         for i, rc in enumerate(self.sc.regions):
             self.regions[rc.name] = self._region(rc, np.random.default_rng(self.request_seeds[i]))
+        self.requests = RequestPath(
+            self.sc, self.regions, metrics=metrics, messages=self._messages,
+            attribution=self.attribution, rng_labels=self.rng_labels,
+            rng_outcomes=self.rng_outcomes, deliver_until=self._deliver_until,
+            publish=self._publish)
+        for state in self.regions.values():
+            for pool in state.config.pools:
+                if pool.tier == "baseline":
+                    state.baseline_workers.append(
+                        self._worker(pool, state.config.name, pool.replicas, 0))
+            state.repick()
 
     def _region(self, rc: RegionConfig, rng: np.random.Generator) -> RegionState:
         sc = self.sc
@@ -137,12 +146,9 @@ class Simulation(RequestPath):
             segment_value_noise=np.array([s.value_noise for s in rc.segments]),
             has_powerful=has_powerful)
         for pool in rc.pools:
-            if pool.tier == "baseline":
-                state.baseline_workers.append(self._worker(pool, rc.name, pool.replicas, 0))
-            else:
+            if pool.tier != "baseline":
                 opp = self.pools[pool.pool_id(rc.name)] = OppPool(pool, pool.pool_id(rc.name))
                 state.opportunistic.append(opp)
-        state.repick()
         return state
 
     def _worker(self, pool: PoolConfig, region: str, replicas: int, index: int,
@@ -154,8 +160,7 @@ class Simulation(RequestPath):
         worker = SimWorker(pool, region, replica_id(region, pool, index), replicas,
                            admission=self.sc.worker.admission, limits=self.sc.worker.limits,
                            start_ms=self.t0 if at_ms is None else at_ms, noise=noise,
-                           on_done=self._done, on_shed=self._shed,
-                           on_abandoned=self._answered_late)
+                           on_done=self.requests.done, on_shed=self.requests.shed)
         self.created.setdefault(region, []).append(worker)
         return worker
 
@@ -200,7 +205,6 @@ class Simulation(RequestPath):
     def run(self) -> dict[str, Any]:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        self._build()
         meter = Progress(f"simulate {self.sc.name} [{self.controller}]", enabled=self.progress)
         with EventLogWriter(self.log_path) as log, \
                 (self.out_dir / "timeline.csv").open("w", encoding="utf-8",
@@ -210,6 +214,7 @@ class Simulation(RequestPath):
                    for r in self.sc.regions}
             self.metrics = Metrics(sla, timeline, self.t0,
                                    deadlines={r.name: r.deadline_ms for r in self.sc.regions})
+            self._build(self.metrics)
             for k in range(self.steps):
                 self._step(k)
                 if not k % 200:
@@ -244,7 +249,7 @@ class Simulation(RequestPath):
         t = self.t0 + k * self.step_ms
         end = t + self.step_ms
         for state in self.regions.values():
-            self._arrivals(state, k, t)
+            self.requests.arrivals(state, k, t)
         self._deliver_until(end)
         for state in self.regions.values():
             for worker in state.workers():
@@ -253,8 +258,8 @@ class Simulation(RequestPath):
                 state.client.observe(worker.server_state(end), end, model=worker.pool.model)
             state.served_this_step.clear()
         self._account(t, end)
-        self._outcomes(end)
-        self._deliver_labels(end)
+        self.requests.outcomes(end)
+        self.requests.deliver_labels(end)
         if not (end - self.t0) % self.sc.sla_window_ms:
             self._close_windows(end)
 
@@ -275,7 +280,7 @@ class Simulation(RequestPath):
                 case ReplicasLeave(region, worker):
                     self._evict(region, worker, now)
                 case PowerfulGivesUp(region, req):
-                    self._give_up(region, req, now)
+                    self.requests.give_up(region, req, now)
 
     def _deliver_targets(self, targets: ControlTargets, now: int) -> None:
         state = self.regions.get(targets.scope)
@@ -299,11 +304,8 @@ class Simulation(RequestPath):
         if worker not in state.draining:
             return
         state.draining.remove(worker)
-        assert self.metrics is not None
         for req in worker.evict(now):
-            self.metrics.regions[region].moved += 1
-            req.opt_pending = False
-            self._to_ranking(state, req, now, float(state.rng.random()))
+            self.requests.moved(state, req, now)
 
     # -- the capacity schedule --------------------------------------------------------------
 

@@ -3,15 +3,20 @@ replica set by the load balancer (to baseline replicas when the powerful pool ca
 finished when its baseline and optional work are done or shed, then settled: the metrics, the
 outcome record the client publishes, and its label, sent on its way after a delay.
 
-``RequestPath`` is the part of ``sim.engine.Simulation`` that does this; the engine keeps the
-state it reads (declared below) and delivers the messages due before each arrival.
+``RequestPath`` is composed into ``sim.engine.Simulation``: the engine runs the clock and
+calls it for each step's arrivals, outcomes and labels, for the requests a reclaim moves and
+for a client's wait that runs out; the replica sets call it back when they finish or shed a
+request's work. What it needs of the engine is given at construction: the regions, the
+metrics, the message queue, the engine's delivery of the messages due before an arrival, and
+its publishing.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -29,31 +34,48 @@ from workers.policy.routing import Model
 
 
 class RequestPath:
-    """Arrivals, routing, completion and settlement of requests (a part of the engine)."""
+    """Arrivals, routing, completion and settlement of the requests of a run's regions."""
 
-    sc: Scenario
-    step_ms: int
-    regions: dict[str, RegionState]
-    metrics: Metrics | None
-    rng_labels: np.random.Generator
-    attribution: Attribution
-    _rid: Iterator[int]
-    #: rid -> (propensity, holdout) of its decision (sim.worker.Request does not keep them).
-    _logged: dict[int, tuple[float, bool]]
-    #: Requests finished, by when (then by request id), not yet settled.
-    _finished: list[tuple[float, int, Request]]
-    #: Labels on their way.
-    _labels: LabelQueue
-    _outcome_noise: NormalBlock
-    _messages: MessageQueue
+    def __init__(self, scenario: Scenario, regions: Mapping[str, RegionState], *,
+                 metrics: Metrics, messages: MessageQueue, attribution: Attribution,
+                 rng_labels: np.random.Generator, rng_outcomes: np.random.Generator,
+                 deliver_until: Callable[[float], None],
+                 publish: Callable[[int, str, str, Event], None]) -> None:
+        """
+        :param scenario: the run's scenario (its step, clients' wait, labels' fates).
+        :param regions: every region of the run, by name, with its client and load balancer.
+        :param metrics: where served, fallen-back and given-up requests are counted.
+        :param messages: the queue a client's give-up (``PowerfulGivesUp``) is sent on.
+        :param attribution: counts the truth of the labels the control plane joins.
+        :param rng_labels: draws each label's fate (delay, lost, twice).
+        :param rng_outcomes: draws the noise of each request's observed value.
+        :param deliver_until: the engine's delivery of every message due before a time,
+            called before each arrival so it meets the fleet as it is at its millisecond.
+        :param publish: the engine's publishing, to the event log and the control plane.
+        """
+        self.sc = scenario
+        self.step_ms = scenario.step_ms
+        self.regions = regions
+        self.metrics = metrics
+        self._messages = messages
+        self.attribution = attribution
+        self.rng_labels = rng_labels
+        self._outcome_noise = NormalBlock(rng_outcomes, 1.0)
+        self._deliver_until = deliver_until
+        self._publish = publish
+        self._rid = itertools.count()
+        #: rid -> (propensity, holdout) of its decision (sim.worker.Request does not keep them).
+        self._logged: dict[int, tuple[float, bool]] = {}
+        #: Requests finished, by when (then by request id), not yet settled.
+        self._finished: list[tuple[float, int, Request]] = []
+        #: Labels on their way.
+        self._labels = LabelQueue()
 
-    def _deliver_until(self, until: float) -> None:
-        raise NotImplementedError
+    # -- arrivals and routing -------------------------------------------------------------
 
-    def _publish(self, ts: int, topic: str, key: str, value: Event) -> None:
-        raise NotImplementedError
-
-    def _arrivals(self, state: RegionState, k: int, t: int) -> None:
+    def arrivals(self, state: RegionState, k: int, t: int) -> None:
+        """The requests arriving in ``state``'s region in step ``k`` (from ``t``), each at its
+        own millisecond, decided by the client and sent to a replica set."""
         n = int(state.arrivals[k])
         if not n:
             return
@@ -94,7 +116,7 @@ class RequestPath:
             self._fallback(state, req, now, "connection")
             return
         state.served_this_step.add(worker)
-        wait = self._powerful_budget(state)
+        wait = self._powerful_wait(state)
         if worker.submit_whole(req, now, wait):
             self._messages.send(req.arrival_ms + wait, PowerfulGivesUp(state.config.name, req))
         else:
@@ -107,54 +129,24 @@ class RequestPath:
         """The powerful pool did not serve it: baseline replicas do (only baseline work)."""
         req.fell_back = True
         req.model = "baseline"
-        req.opt_units = 0
-        req.opt_latency = 0.0   # a late powerful answer's, which the fallback does not wait for
-        assert self.metrics is not None
         self.metrics.regions[state.config.name].fallbacks += 1
         if isinstance(state.client, SurplusClient):
             state.client.decider.bump("fallback", reason)
             state.client.decider.bump("rma_shed", "fallback", req.extra)
         self._to_ranking(state, req, now, float(state.rng.random()))
 
-    def _done(self, req: Request, kind: int, latency: float) -> None:
-        if kind == BASE:
-            req.base_latency = latency
-        elif kind == OPT:
-            req.opt_latency = latency
-            req.opt_done = True
-            req.opt_pending = False
-        else:
-            self._powerful_done(req, latency)
-            return
-        if req.base_latency is not None and not req.opt_pending:
-            self._finish(req, req.at_worker_ms + max(req.base_latency, req.opt_latency))
+    def moved(self, state: RegionState, req: Request, now: int) -> None:
+        """A reclaimed replica set leaves with ``req``'s baseline work queued: it moves to
+        another ranking replica set (its optional work is gone)."""
+        self.metrics.regions[state.config.name].moved += 1
+        req.opt_pending = False
+        self._to_ranking(state, req, now, float(state.rng.random()))
 
-    def _powerful_budget(self, state: RegionState) -> float:
+    def _powerful_wait(self, state: RegionState) -> float:
         """How long the client waits for the powerful model: its share of the deadline."""
         return powerful_wait_ms(state.config.deadline_ms, self.sc.client.powerful_deadline_share)
 
-    def _powerful_done(self, req: Request, latency: float) -> None:
-        """A powerful replica answers after ``latency``: within the client's wait the request
-        is served; past it the client gives up at the end of its wait (``_give_up``), while
-        the replica, which cannot know, finishes the work and reports it."""
-        worker = req.worker
-        assert worker is not None
-        req.opt_latency = latency
-        in_time = latency <= self._powerful_budget(self.regions[worker.region])
-        assert self.metrics is not None
-        self.metrics.powerful_answered(worker.region, latency, abandoned=not in_time)
-        if in_time:
-            req.powerful_done = True
-            self._finish(req, req.arrival_ms + latency)
-        else:
-            worker.abandoned(req)
-
-    def _answered_late(self, req: Request, latency: float) -> None:
-        """A powerful replica answers a request whose client had given up and fallen back."""
-        assert self.metrics is not None and req.worker is not None
-        self.metrics.powerful_answered(req.worker.region, latency, abandoned=True)
-
-    def _give_up(self, region: str, req: Request, now: int) -> None:
+    def give_up(self, region: str, req: Request, now: int) -> None:
         """The client's wait for a powerful call is over (the live client's timeout): unless
         it was answered or refused already, the call counts as the pool's failure and the
         request falls back to the ranking pool with what is left of its deadline."""
@@ -164,14 +156,49 @@ class RequestPath:
         state.client.observe(None, now, error="timeout", model="powerful")
         self._fallback(state, req, now, "timeout")
 
-    def _shed(self, req: Request, kind: int, reason: str, now: float) -> None:
+    # -- the replica sets' answers ---------------------------------------------------------
+
+    def done(self, req: Request, kind: int, latency: float) -> None:
+        """A replica set finished ``req``'s work of ``kind`` after ``latency`` ms."""
+        if kind == BASE:
+            req.base_latency = latency
+        elif kind == OPT:
+            req.opt_latency = latency
+            req.opt_done = True
+            req.opt_pending = False
+        else:
+            self._powerful_answered(req, latency)
+            return
+        if req.base_latency is not None and not req.opt_pending:
+            self._finish(req, req.at_worker_ms + max(req.base_latency, req.opt_latency))
+
+    def _powerful_answered(self, req: Request, latency: float) -> None:
+        """A powerful replica answers after ``latency``: within the client's wait the request
+        is served. An answer past the wait, or to a request that fell back already (the wait
+        ran out, or the client gave up before the replica began), is given up on: the replica,
+        which cannot know, has done the work and reports it, and the request is settled with
+        its fallback (at the end of the wait, ``give_up``, if it has not fallen back yet)."""
+        powerful = req.powerful
+        assert powerful is not None
+        in_time = not req.fell_back and latency <= self._powerful_wait(
+            self.regions[powerful.region])
+        self.metrics.powerful_answered(powerful.region, latency, abandoned=not in_time)
+        if in_time:
+            req.opt_latency = latency
+            req.powerful_done = True
+            self._finish(req, req.arrival_ms + latency)
+        else:
+            powerful.abandoned(req, latency)
+
+    def shed(self, req: Request, kind: int, reason: str, now: float) -> None:
+        """A replica set dropped ``req``'s queued work of ``kind`` at ``now`` for ``reason``."""
         if kind == WHOLE:
             if req.fell_back:   # the client had given up on it already
                 return
-            assert req.worker is not None
-            state = self.regions[req.worker.region]
+            assert req.powerful is not None
+            state = self.regions[req.powerful.region]
             # the refusal reaches the client, unless its wait ran out first
-            self._fallback(state, req, min(now, req.arrival_ms + self._powerful_budget(state)),
+            self._fallback(state, req, min(now, req.arrival_ms + self._powerful_wait(state)),
                            reason)
             return
         if kind == OPT:
@@ -184,9 +211,10 @@ class RequestPath:
         req.finished_ms = at_ms
         heapq.heappush(self._finished, (at_ms, req.rid, req))
 
-    def _outcomes(self, end: int) -> None:
+    # -- settlement ------------------------------------------------------------------------
+
+    def outcomes(self, end: int) -> None:
         """Requests finished by ``end``: metrics, telemetry, learning, outcome events."""
-        assert self.metrics is not None
         while self._finished and self._finished[0][0] <= end:
             _, _, req = heapq.heappop(self._finished)
             assert req.worker is not None
@@ -194,7 +222,6 @@ class RequestPath:
             self._settle(state, req, end)
 
     def _settle(self, state: RegionState, req: Request, end: int) -> None:
-        assert self.metrics is not None
         rc = state.config
         seg = rc.segments[req.segment]
         worker = req.worker
@@ -243,7 +270,7 @@ class RequestPath:
             self._labels.send(due + delay_ms, PendingLabel(
                 rc.name, request_id, observed, seg.name, model, end, None))
 
-    def _deliver_labels(self, end: int) -> None:
+    def deliver_labels(self, end: int) -> None:
         """Labels due by ``end``: to the client (its router's evidence) and the control plane."""
         window_ms = self.sc.control.labels.window_s * 1000.0
         for due, label in self._labels.due_by(end):

@@ -80,13 +80,18 @@ class Request:
     """When it reached the ranking worker that serves it (after any fallback)."""
     base_latency: float | None = None
     opt_units: int = 0
-    """Extra candidates admitted (ranking replica) or kept with the request (powerful one)."""
+    """Extra candidates admitted (ranking replica) or kept with the request (powerful one;
+    still so after a fallback, which scores none on the ranking pool)."""
     opt_pending: bool = False
     opt_latency: float = 0.0
     opt_done: bool = False
     powerful_done: bool = False
     fell_back: bool = False
     worker: SimWorker | None = None
+    """The replica set that answers it (a ranking one after a fallback)."""
+    powerful: SimWorker | None = None
+    """The powerful replica set it was sent to, kept after a fallback: that replica still
+    answers it, and reports the work."""
     finished_ms: float = 0.0
 
 
@@ -96,8 +101,7 @@ class SimWorker:
     def __init__(self, pool: PoolConfig, region: str, worker_id: str, replicas: int, *,
                  admission: AdmissionConfig, limits: LocalLimits, start_ms: int,
                  noise: Callable[[], float], on_done: Callable[[Request, int, float], None],
-                 on_shed: Callable[[Request, int, str, float], None],
-                 on_abandoned: Callable[[Request, float], None] | None = None) -> None:
+                 on_shed: Callable[[Request, int, str, float], None]) -> None:
         self.pool = pool
         self.pool_id = pool.pool_id(region)
         self.region = region
@@ -117,7 +121,6 @@ class SimWorker:
         self.noise = noise
         self.on_done = on_done
         self.on_shed_item = on_shed
-        self.on_abandoned = on_abandoned
         self.clock = float(start_ms)
         self.now = float(start_ms)
         self.draining_deadline_ms: int | None = None
@@ -206,13 +209,7 @@ class SimWorker:
             for work in batch:
                 req, kind = work.item
                 wait = free_at - (req.at_worker_ms if kind != WHOLE else req.arrival_ms)
-                latency = max(0.0, wait) + service * self.noise()
-                if kind == WHOLE and req.fell_back:   # its client has given up on it already
-                    self._window.record_whole(latency, req.base, work.units)
-                    if self.on_abandoned is not None:
-                        self.on_abandoned(req, latency)
-                else:
-                    self.on_done(req, kind, latency)
+                self.on_done(req, kind, max(0.0, wait) + service * self.noise())
         self._drain_to(now)
         self.now = now
 
@@ -263,7 +260,7 @@ class SimWorker:
     def submit_whole(self, req: Request, now: int, deadline_ms: float) -> bool:
         """The powerful model: the whole request is optional work; False when refused."""
         self.advance(now)
-        req.worker = self
+        req.worker = req.powerful = self
         sent = req.base + req.extra
         refusal = self.policy.whole_refusal(self.policy.current(now))
         if refusal is not None:
@@ -273,12 +270,13 @@ class SimWorker:
         allowance = self.policy.allow_whole_extra(self.policy.current(now), req.extra)
         if allowance.refused is not None:
             self.admission.count_shed(allowance.refused, req.extra - allowance.allowed)
-        req.opt_units = self.admission.fit_whole(req.base, allowance.allowed)
+        kept = self.admission.fit_whole(req.base, allowance.allowed)
         admitted = self.admission.admit_optional((req, WHOLE),
                                                  shed_priority(req.value, req.gain),
                                                  int(now + deadline_ms), now,
-                                                 units=req.base + req.opt_units)
+                                                 units=req.base + kept)
         if admitted:
+            req.opt_units = kept
             self.advance(now)
         else:
             self.record(0.0, False, sent, 0)
@@ -353,11 +351,11 @@ class SimWorker:
             sent = req.base + (0 if req.fell_back else req.extra)
             self.record(req.finished_ms - req.at_worker_ms, True, sent, done)
 
-    def abandoned(self, req: Request) -> None:
-        """A whole request whose client gave up before this replica answered: the live worker
-        still scores and reports it (its latency is what the SBM loop must see), and the
-        request's settlement goes with its fallback."""
-        self._window.record_whole(req.opt_latency, req.base, req.base + req.opt_units)
+    def abandoned(self, req: Request, latency_ms: float) -> None:
+        """A whole request this replica answered after ``latency_ms``, when its client had
+        given up on it: the live worker still scores and reports it (its latency is what the
+        SBM loop must see), and the request's settlement goes with its fallback."""
+        self._window.record_whole(latency_ms, req.base, req.base + req.opt_units)
 
     def report(self, now: int) -> WindowReport:
         """Close the telemetry window (what the live worker publishes every interval)."""

@@ -1,5 +1,6 @@
-"""Small scenarios: the least a scenario file needs, and one whose capacity steps up, steps
-down and meets a storm (shared by the scenario, schedule, simulator and live-run tests)."""
+"""Small scenarios: the least a scenario file needs, one whose capacity steps up, steps down
+and meets a storm, and one whose requests all go to a powerful replica (shared by the
+scenario, schedule, simulator and live-run tests)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,25 @@ notice_s = 1.0
 return_after_s = 10.0
 [control]
 period_s = 2.0
+"""
+
+#: Every request goes to a powerful replica whose latency is ``ms`` (``.format(ms=...)``); the
+#: client waits 60 ms for it (its default share of the 100 ms deadline).
+POWERFUL = MINIMAL.replace("duration_s = 10.0", "duration_s = 20.0") + """
+[[regions.pools]]
+model = "powerful"
+tier = "opportunistic"
+accelerator = "a100"
+latency_sigma = 0.0
+latency_curve = [[0.0, {ms}], [1.0, {ms}]]
+[regions.pools.capacity]
+replicas = 1
+[control]
+period_s = 2.0
+[control.sbm]
+sla_p99_ms = 55.0
+[controllers.static]
+coverage = 1.0
 """
 
 

@@ -8,25 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.engine import Simulation
-from tests.unit.sim.helpers import MINIMAL, lent_scenario
-
-#: Every request goes to a powerful replica whose latency is set by the curve.
-POWERFUL = MINIMAL.replace("duration_s = 10.0", "duration_s = 20.0") + """
-[[regions.pools]]
-model = "powerful"
-tier = "opportunistic"
-accelerator = "a100"
-latency_sigma = 0.0
-latency_curve = [[0.0, {ms}], [1.0, {ms}]]
-[regions.pools.capacity]
-replicas = 1
-[control]
-period_s = 2.0
-[control.sbm]
-sla_p99_ms = 55.0
-[controllers.static]
-coverage = 1.0
-"""
+from tests.unit.sim.helpers import POWERFUL, lent_scenario
 
 
 def _run(tmp_path: Path, ms: float) -> dict[str, Any]:
