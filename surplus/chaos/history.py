@@ -40,6 +40,11 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True, tag="run"):
     #: Seconds after a fault on the baseline path ends during which SLA windows still count
     #: as faulted (the replica's restart and the client's retries settling).
     settle_s: float
+    #: Seconds from the start of the history during which SLA windows count as faulted: the
+    #: fleet's own start, three brokers' JVMs still warming up on the run's one host as after
+    #: a broker's restart (the schedule's ``warmup_s``, in which no fault is injected either).
+    #: 0 in a history written before it.
+    startup_s: float = 0.0
 
 
 class WorkerEpoch(msgspec.Struct, frozen=True, tag="worker_epoch"):

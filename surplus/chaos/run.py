@@ -251,7 +251,7 @@ class Chaos:
                         window_s=cfg.window_s, ttl_ms=int(cfg.ttl_s * 1000),
                         max_clock_skew_ms=LocalLimits().max_clock_skew_ms,
                         ttl_slack_ms=TTL_SLACK_MS,
-                        settle_s=cfg.settle_s)
+                        settle_s=cfg.settle_s, startup_s=cfg.schedule.warmup_s)
         shift = self.t0
         out: list[h.Record] = [run]
         for s in load.samples:
@@ -383,6 +383,9 @@ def report(result: Result, say: Callable[[str], None]) -> None:
     say(f"faults injected: {s['faults']}")
     if s["faults_not_injected"]:
         say(f"faults not injected: {s['faults_not_injected']}")
+    start = s["startup"]
+    say(f"start-up ({start['seconds']:g} s, not judged for the SLA): baseline p99 "
+        f"{start['baseline_p99_ms']} ms")
     say(f"violations: {s['violations']}")
     for v in result.violations:
         say(f"  {v.invariant} in [{v.t0:.1f}, {v.t1:.1f}] s: {v.what}")

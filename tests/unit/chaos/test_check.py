@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from surplus.chaos.check import FORGED_EPOCH, check, counted_labels, summary
@@ -85,6 +86,21 @@ def test_sla_is_judged_only_in_windows_with_no_fault_on_the_baseline_path() -> N
     assert [v.invariant for v in violations] == ["sla"]
     assert violations[0].t0 == 10.0 and violations[0].t1 == 20.0
     assert violations[0].faults == ["broker_pause:2@9.0-11.0"]
+
+
+def test_the_fleets_start_up_is_not_judged_for_the_sla_but_its_p99_is_reported() -> None:
+    """The first ``startup_s`` count as a fault on the baseline path (the brokers warming up
+    on the run's one host); a window after it is judged as any other."""
+    early = [_req(2 + i / 10, 2000 + i, latency_ms=160.0) for i in range(5)]
+    started = msgspec.structs.replace(RUN, startup_s=10.0)
+    assert _violated([*_clean(), *early]) == {"sla": 1}   # without a start-up: judged
+    records = [started, *_clean()[1:], *early]
+    assert _violated(records) == {}
+    assert summary(History(records), [])["startup"] == {"seconds": 10.0,
+                                                        "baseline_p99_ms": 160.0}
+    late = [_req(12 + i / 10, 3000 + i, latency_ms=160.0) for i in range(5)]
+    violations = check(History([*records, *late]))
+    assert [(v.invariant, v.t0) for v in violations] == [("sla", 10.0)]
 
 
 def test_thin_windows_are_not_judged() -> None:
