@@ -40,6 +40,7 @@ from schemas.contract import (
     PreemptionNotice,
 )
 from sim.attribution import Attribution
+from sim.capacity import Capacity
 from sim.clients import NaiveClient, SimClient, SurplusClient
 from sim.controllers import ALIASES, ControlPlane, SurplusPlane, make_plane
 from sim.fleet import OppPool, RegionState
@@ -53,18 +54,18 @@ from sim.messages import (
 )
 from sim.metrics import Metrics
 from sim.requests import RequestPath
-from sim.scenario import PoolConfig, RegionConfig, Scenario
-from sim.schedule import CAPACITY_STREAM, Action, Outbox, build, replica_id
+from sim.scenario import RegionConfig, Scenario
+from sim.schedule import CAPACITY_STREAM
 from sim.traces import arrival_counts
-from sim.worker import NormalBlock, SimWorker
 from streams.eventlog import EventLogWriter, make_event
 from streams.replay_output import Progress
 
 
 class Simulation:
     """One run of a scenario under one controller; ``run`` writes the log and returns the
-    summary. Requests take their path through the fleet in ``sim.requests.RequestPath``,
-    which ``run`` builds with the fleet and the engine drives."""
+    summary. The engine keeps the clock, the messages and the publishing; ``run`` builds the
+    regions, the requests' path through them (``sim.requests.RequestPath``) and their
+    capacity (``sim.capacity.Capacity``), which the engine drives."""
 
     def __init__(self, scenario: Scenario, base_dir: Path, controller: str, out_dir: Path, *,
                  progress: bool = False, log_name: str = "events.jsonl.zst") -> None:
@@ -89,29 +90,23 @@ class Simulation:
             self.controller, scenario.control, [r.name for r in scenario.regions],
             static=scenario.controllers.static, naive=scenario.controllers.naive)
         self._messages = MessageQueue()
-        self._noise: dict[str, NormalBlock] = {}
         self.targets_by_reason: dict[str, int] = {}
         self.effective: dict[str, ControlTargets] = {}
         self.regions: dict[str, RegionState] = {}
-        self.pools: dict[str, OppPool] = {}
-        self.actions: list[Action] = []
-        self._next_action = 0
-        self.outbox = Outbox()
-        self.created: dict[str, list[SimWorker]] = {}
         self.log: EventLogWriter | None = None
         self.metrics: Metrics | None = None
         self.events_published = 0
         #: The truth of the labels the control plane joins.
         self.attribution = Attribution(self.t0)
-        #: The requests' path through the fleet, built by ``run`` with the fleet.
+        #: The requests' path through the fleet and its replica sets, built by ``run``.
         self.requests: RequestPath
+        self.capacity: Capacity
 
     # -- set-up ------------------------------------------------------------------------------
 
     def _build(self, metrics: Metrics) -> None:
-        """The capacity schedule, the regions with their clients and baseline replica sets,
-        and the requests' path through them."""
-        self.actions = build(self.sc, self.base_dir)
+        """The regions with their clients, the requests' path through them, and their
+        capacity (the schedule, and the replica sets: the baseline ones made now)."""
         for i, rc in enumerate(self.sc.regions):
             self.regions[rc.name] = self._region(rc, np.random.default_rng(self.request_seeds[i]))
         self.requests = RequestPath(
@@ -119,12 +114,10 @@ class Simulation:
             attribution=self.attribution, rng_labels=self.rng_labels,
             rng_outcomes=self.rng_outcomes, deliver_until=self._deliver_until,
             publish=self._publish)
-        for state in self.regions.values():
-            for pool in state.config.pools:
-                if pool.tier == "baseline":
-                    state.baseline_workers.append(
-                        self._worker(pool, state.config.name, pool.replicas, 0))
-            state.repick()
+        self.capacity = Capacity(
+            self.sc, self.base_dir, self.regions, metrics=metrics, messages=self._messages,
+            requests=self.requests, rng_latency=self.rng_latency, rng_delays=self.rng_delays,
+            targets_in_force=self.effective.get, publish=self._publish)
 
     def _region(self, rc: RegionConfig, rng: np.random.Generator) -> RegionState:
         sc = self.sc
@@ -147,22 +140,8 @@ class Simulation:
             has_powerful=has_powerful)
         for pool in rc.pools:
             if pool.tier != "baseline":
-                opp = self.pools[pool.pool_id(rc.name)] = OppPool(pool, pool.pool_id(rc.name))
-                state.opportunistic.append(opp)
+                state.opportunistic.append(OppPool(pool, pool.pool_id(rc.name)))
         return state
-
-    def _worker(self, pool: PoolConfig, region: str, replicas: int, index: int,
-                at_ms: int | None = None) -> SimWorker:
-        pool_id = pool.pool_id(region)
-        noise = self._noise.get(pool_id)
-        if noise is None:
-            noise = self._noise[pool_id] = NormalBlock(self.rng_latency, pool.latency_sigma)
-        worker = SimWorker(pool, region, replica_id(region, pool, index), replicas,
-                           admission=self.sc.worker.admission, limits=self.sc.worker.limits,
-                           start_ms=self.t0 if at_ms is None else at_ms, noise=noise,
-                           on_done=self.requests.done, on_shed=self.requests.shed)
-        self.created.setdefault(region, []).append(worker)
-        return worker
 
     # -- publishing --------------------------------------------------------------------------
 
@@ -237,10 +216,9 @@ class Simulation:
                 for worker in state.workers():
                     self._publish(t, "telemetry", state.config.name, worker.report(t))
         if k < self.steps:
-            self._capacity(k, t)
+            self.capacity.step(k, t)
         else:  # the end: revoke what is still lent, before the last tick (as replay orders it)
-            for action in self.outbox.closing(self.sc.duration_ms):
-                self._send(action, t)
+            self.capacity.close(t)
         for targets in self.plane.advance(t):
             self._emit(targets)
 
@@ -257,7 +235,7 @@ class Simulation:
             for worker in sorted(state.served_this_step, key=lambda w: w.worker_id):
                 state.client.observe(worker.server_state(end), end, model=worker.pool.model)
             state.served_this_step.clear()
-        self._account(t, end)
+        self.capacity.account(t, end)
         self.requests.outcomes(end)
         self.requests.deliver_labels(end)
         if not (end - self.t0) % self.sc.sla_window_ms:
@@ -275,10 +253,9 @@ class Simulation:
                 case NoticeArrives(notice):
                     self._deliver_notice(notice, now)
                 case CapacityDue(action):
-                    if self._send(action, now):
-                        self.regions[action.region].repick()
+                    self.capacity.due(action, now)
                 case ReplicasLeave(region, worker):
-                    self._evict(region, worker, now)
+                    self.capacity.leave(region, worker, now)
                 case PowerfulGivesUp(region, req):
                     self.requests.give_up(region, req, now)
 
@@ -298,128 +275,14 @@ class Simulation:
             if worker.preempt(notice, now) == "applied":
                 self.metrics.notice_applied(notice.ts_ms, float(now))
 
-    def _evict(self, region: str, worker: SimWorker, now: int) -> None:
-        """The deadline: the replicas leave; their queued baseline work moves to others."""
-        state = self.regions[region]
-        if worker not in state.draining:
-            return
-        state.draining.remove(worker)
-        for req in worker.evict(now):
-            self.requests.moved(state, req, now)
-
-    # -- the capacity schedule --------------------------------------------------------------
-
-    def _capacity(self, k: int, t: int) -> None:
-        """Send the schedule's actions due in step ``k``: those at its start now, the others
-        (revokes at a deadline) at their own millisecond."""
-        actions, changed = self.actions, set()
-        end = (k + 1) * self.step_ms
-        while self._next_action < len(actions) and actions[self._next_action].at_ms < end:
-            action = actions[self._next_action]
-            self._next_action += 1
-            if self.t0 + action.at_ms <= t:
-                if self._send(action, t):
-                    changed.add(action.region)
-            else:
-                self._messages.send(self.t0 + action.at_ms, CapacityDue(action))
-        for name, state in self.regions.items():
-            if name in changed:
-                state.repick()
-
-    def _send(self, action: Action, t: int) -> bool:
-        """Publish ``action`` at ``t`` and apply it to the fleet; True if replica sets changed."""
-        pool = self.pools[action.pool_id]
-        state = self.regions[action.region]
-        message = self.outbox.stamp(action, t)
-        changed = False
-        if action.kind == "grant" and action.replicas > pool.lent:
-            self._lend(state, pool, action.replicas - pool.lent, t)
-            changed = True
-        elif action.kind == "notice" and action.repeat:
-            assert isinstance(message, PreemptionNotice)
-            self._announce(message)
-        elif action.kind == "notice":
-            assert isinstance(message, PreemptionNotice)
-            self._reclaim(state, pool, action.replicas, message)
-            changed = True
-        assert action.kind != "grant" or action.replicas == pool.lent, "shrunk without notice"
-        self._publish(t, action.topic, action.region, message)
-        return changed
-
-    def _lend(self, state: RegionState, pool: OppPool, replicas: int, t: int) -> None:
-        """A new replica set of the next ``replicas`` replicas, with the targets in force."""
-        worker = self._worker(pool.config, state.config.name, replicas, pool.lent, t)
-        current = self.effective.get(state.config.name)
-        if current is not None:
-            worker.offer_targets(current, t)
-        pool.live.append(worker)
-        pool.lent += replicas
-
-    def _reclaim(self, state: RegionState, pool: OppPool, replicas: int,
-                 notice: PreemptionNotice) -> None:
-        """The newest ``replicas`` replicas drain until the notice's deadline, newest replica
-        sets first (the last one split if needed); the notice reaches them after a delay."""
-        t = notice.ts_ms
-        taken: list[SimWorker] = []
-        left = replicas
-        while left > 0 and pool.live:
-            newest = pool.live[-1]
-            if newest.replicas <= left:
-                pool.live.pop()
-                taken.append(newest)
-                left -= newest.replicas
-            else:
-                newest.replicas -= left
-                taken.append(self._worker(pool.config, state.config.name, left,
-                                          pool.lent - replicas, t))
-                left = 0
-        pool.lent -= replicas
-        delivered = self._announce(notice)
-        # A notice with less lead time than its delivery (zero notice, a hardware failure) is
-        # acted on when it arrives: the replicas leave then, having shed their optional work.
-        leave = max(float(notice.deadline_ms), delivered)
-        for worker in taken:
-            worker.draining_deadline_ms = notice.deadline_ms
-            state.draining.append(worker)
-            self._messages.send(leave, ReplicasLeave(state.config.name, worker))
-
-    def _announce(self, notice: PreemptionNotice) -> float:
-        """The notice reaches the replicas it names after a (modelled) delivery delay; returns
-        when."""
-        t = notice.ts_ms
-        assert self.metrics is not None
-        self.metrics.notice_issued(t)
-        delay = float(self.rng_delays.uniform(self.sc.delays.notice_min_ms,
-                                              self.sc.delays.notice_max_ms))
-        self._messages.send(t + delay, NoticeArrives(notice))
-        return t + delay
-
     # -- accounting ------------------------------------------------------------------------
-
-    def _account(self, t: int, end: int) -> None:
-        assert self.metrics is not None
-        span_s = (end - t) / 1000.0
-        for state in self.regions.values():
-            for pool in state.opportunistic:
-                for worker in pool.live:
-                    self._use(worker, span_s)
-            for worker in state.draining:
-                if worker.pool.tier == "opportunistic":
-                    self._use(worker, span_s)
-
-    def _use(self, worker: SimWorker, span_s: float) -> None:
-        assert self.metrics is not None
-        self.metrics.opportunistic_available_s += worker.replicas * span_s
-        used = worker.served_units / worker.pool.units_per_s
-        worker.served_units = 0
-        self.metrics.opportunistic_used_s += used
 
     def _close_windows(self, end: int) -> None:
         assert self.metrics is not None
         for name, state in self.regions.items():
             targets = self.effective.get(name)
             replicas = sum(pool.lent for pool in state.opportunistic)
-            shed = sum(sum(w.admission.shed_units.values()) for w in self.created[name])
+            shed = sum(self.capacity.shed(name).values())
             self.metrics.close_window(
                 end, name, extra_target=targets.rma.extra_candidates if targets else 0,
                 coverage=targets.sbm.coverage if targets else 0.0,
@@ -430,11 +293,7 @@ class Simulation:
     def _summary(self) -> dict[str, Any]:
         assert self.metrics is not None
         summary = self.metrics.summary()
-        shed: dict[str, int] = {}
-        for region in sorted(self.created):
-            for worker in self.created[region]:
-                for reason, n in worker.admission.shed_units.items():
-                    shed[reason] = shed.get(reason, 0) + n
+        shed = self.capacity.shed()
         summary["optional_units_shed"] = dict(sorted(shed.items()))
         summary["optional_units_shed_total"] = sum(shed.values())
         summary["targets_by_reason"] = dict(sorted(self.targets_by_reason.items()))

@@ -4,8 +4,9 @@ The policies are the live ones, composed as ``workers/runtime/worker.py`` compos
 ``TargetState`` decides whether optional work may run at all (missing, stale or preempted
 targets mean baseline only), ``Admission`` queues baseline work first and optional work by
 value and sheds it by overload, deadline, preemption and budget. What replaces the torch model
-and the batcher thread is a fluid server: the replicas score ``units_per_s`` candidates a
-second each, batches are taken from admission in its order and take ``units / rate`` to run.
+and the batcher thread is a fluid server (``FluidServer``): the replicas score ``units_per_s``
+candidates a second each, batches are taken from admission in its order and take
+``units / rate`` to run.
 
 The server shares its replicas among the work in service, like a processor-sharing queue: up
 to ``inflight_ms`` worth of work is in service at once and drains at the replicas' rate, so
@@ -61,6 +62,63 @@ class LatencyCurve:
         return ys[-1]
 
 
+class FluidServer:
+    """A replica set's replicas as one fluid server: each scores ``units_per_s`` units a
+    second, up to ``inflight_ms`` worth of work is in service at once and drains at their
+    rate, and the recent busy share (decaying over ``UTIL_TAU_MS``) is the utilisation the
+    latency curve is read at."""
+
+    def __init__(self, units_per_s: float, inflight_ms: float, replicas: int,
+                 start_ms: int) -> None:
+        self.units_per_s = units_per_s
+        self.inflight_ms = inflight_ms
+        self.clock = float(start_ms)
+        """How far the work in service has drained."""
+        self.in_service = 0.0
+        self.busy_ms = 0.0
+        """How long (ms) the replicas took to serve the work taken into service so far."""
+        self._util_acc = 0.0
+        self._replicas = 0
+        self.rate_per_ms = 0.0
+        self.room = 1.0
+        """Work the replicas take into service at once (batches in flight)."""
+        self.replicas = replicas
+
+    @property
+    def replicas(self) -> int:
+        return self._replicas
+
+    @replicas.setter
+    def replicas(self, n: int) -> None:
+        self._replicas = n
+        self.rate_per_ms = n * self.units_per_s / 1000.0
+        self.room = max(1.0, self.rate_per_ms * self.inflight_ms)
+
+    def utilisation(self) -> float:
+        return self._util_acc / (max(self.rate_per_ms, 1e-9) * UTIL_TAU_MS)
+
+    def free_at(self) -> float:
+        """When there is room for more work in service (its clock, if there is now)."""
+        return self.clock + max(0.0, (self.in_service - self.room) / self.rate_per_ms)
+
+    def take(self, units: int) -> float:
+        """``units`` enter service; returns how long (ms) the replicas take to serve them."""
+        cost = units / self.rate_per_ms
+        self.in_service += units
+        self._util_acc += units
+        self.busy_ms += cost
+        return cost
+
+    def drain_to(self, t: float) -> None:
+        """The work in service drains, and the busy share decays, until ``t``."""
+        span = t - self.clock
+        if span <= 0:
+            return
+        self.in_service = max(0.0, self.in_service - span * self.rate_per_ms)
+        self._util_acc *= math.exp(-span / UTIL_TAU_MS)
+        self.clock = t
+
+
 @dataclass(slots=True, eq=False)
 class Request:
     """One ranking request through the fleet (plain data; the engine owns its life cycle)."""
@@ -106,10 +164,7 @@ class SimWorker:
         self.pool_id = pool.pool_id(region)
         self.region = region
         self.worker_id = worker_id
-        self._replicas = 0
-        self._rate = 0.0
-        self._room = 1.0
-        self.replicas = replicas
+        self.server = FluidServer(pool.units_per_s, pool.inflight_ms, replicas, start_ms)
         self.curve = LatencyCurve(pool.latency_curve)
         warm = msgspec.structs.replace(
             admission, initial_ms_per_unit=min(10_000.0, 1000.0 / max(
@@ -121,16 +176,12 @@ class SimWorker:
         self.noise = noise
         self.on_done = on_done
         self.on_shed_item = on_shed
-        self.clock = float(start_ms)
         self.now = float(start_ms)
         self.draining_deadline_ms: int | None = None
         self.stopped_optional_ms: float | None = None
-        self._util_acc = 0.0
-        self.in_service = 0.0
         self._window = ReportWindow(Identity(
             pool_id=self.pool_id, worker_id=worker_id, region=region, service=pool.service,
             model=pool.model, tier=pool.tier, accelerator=pool.accelerator), start_ms)
-        self.busy_ms = 0.0
         self.served_units = 0
         """Units taken into service since the engine last accounted for them (it resets)."""
         self.rows_done = 0
@@ -152,74 +203,47 @@ class SimWorker:
 
     @property
     def replicas(self) -> int:
-        return self._replicas
+        return self.server.replicas
 
     @replicas.setter
     def replicas(self, n: int) -> None:
-        self._replicas = n
-        self._rate = n * self.pool.units_per_s / 1000.0
-        self._room = max(1.0, self._rate * self.pool.inflight_ms)
+        self.server.replicas = n
 
     @property
     def rate_per_ms(self) -> float:
-        return self._rate
-
-    @property
-    def inflight_units(self) -> float:
-        """Work the replicas take into service at once (batches in flight)."""
-        return self._room
+        return self.server.rate_per_ms
 
     @property
     def ready(self) -> bool:
         """Takes new requests (a draining replica set is out of the load balancer)."""
         return self.draining_deadline_ms is None and self.replicas > 0
 
-    def utilisation(self) -> float:
-        return self._util_acc / (max(self.rate_per_ms, 1e-9) * UTIL_TAU_MS)
-
     # -- serving -----------------------------------------------------------------------------
 
     def advance(self, now: float) -> None:
         """Run the server until ``now``: work in service drains at the replicas' rate, and
         queued work enters service, in admission's order, as soon as there is room."""
-        adm = self.admission
-        if not adm.queued_items:
-            self._drain_to(now)
-            self.now = now
-            return
-        rate = self._rate
-        room = self._room
+        adm, server = self.admission, self.server
         while adm.queued_items:
-            free_at = self.clock + max(0.0, (self.in_service - room) / rate)
+            free_at = server.free_at()
             if free_at > now:
                 break
-            self._drain_to(free_at)
+            server.drain_to(free_at)
             self.now = free_at
-            batch = adm.next_batch(max(1, int(room - self.in_service)), int(free_at))
+            batch = adm.next_batch(max(1, int(server.room - server.in_service)), int(free_at))
             if not batch:
                 break
             units = sum(work.units for work in batch)
-            self.in_service += units
-            adm.record_service(units, units / rate)
+            adm.record_service(units, server.take(units))
             self.served_units += units
             self.rows_done += units
-            self._util_acc += units
-            self.busy_ms += units / rate
-            service = self.curve(self.utilisation())
+            service = self.curve(server.utilisation())
             for work in batch:
                 req, kind = work.item
                 wait = free_at - (req.at_worker_ms if kind != WHOLE else req.arrival_ms)
                 self.on_done(req, kind, max(0.0, wait) + service * self.noise())
-        self._drain_to(now)
+        server.drain_to(now)
         self.now = now
-
-    def _drain_to(self, t: float) -> None:
-        span = t - self.clock
-        if span <= 0:
-            return
-        self.in_service = max(0.0, self.in_service - span * self._rate)
-        self._util_acc *= math.exp(-span / UTIL_TAU_MS)
-        self.clock = t
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -231,7 +255,7 @@ class SimWorker:
         It reaches this replica at this replica's clock, so that the order in which the engine
         runs its replicas is not charged to the request as a wait in this queue.
         """
-        now = max(now, math.ceil(self.clock))
+        now = max(now, math.ceil(self.server.clock))
         self.advance(now)
         req.worker = self
         req.at_worker_ms = now
@@ -361,7 +385,7 @@ class SimWorker:
         """Close the telemetry window (what the live worker publishes every interval)."""
         self.advance(now)
         totals = LoadTotals.of(self.admission.state(now), self.rows_done,
-                               self.busy_ms / 1000.0, self.replicas)
+                               self.server.busy_ms / 1000.0, self.replicas)
         return self._window.close(now, totals)
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import math
+
+import pytest
 
 from schemas.contract import ControlTargets, PreemptionNotice, RmaTarget, SbmTarget
 from sim.scenario import CapacityConfig, PoolConfig
-from sim.worker import BASE, OPT, LatencyCurve, Request, SimWorker
+from sim.worker import BASE, OPT, FluidServer, LatencyCurve, Request, SimWorker
 from workers.policy.admission import AdmissionConfig
 from workers.policy.targets import LocalLimits
 
@@ -34,6 +37,18 @@ _ids = itertools.count()
 
 def _request(now: int, base: int = 10, extra: int = 10) -> Request:
     return Request(next(_ids), now, 0, 0.5, base, extra)
+
+
+def test_the_fluid_server_drains_work_at_the_replicas_rate_and_then_has_room() -> None:
+    server = FluidServer(units_per_s=1000.0, inflight_ms=10.0, replicas=2, start_ms=0)
+    assert (server.rate_per_ms, server.room, server.free_at()) == (2.0, 20.0, 0.0)
+    assert server.take(60) == 30.0        # 60 units at 2 a ms
+    assert server.free_at() == 20.0       # room again once 40 have drained
+    server.drain_to(20.0)
+    assert (server.in_service, server.free_at(), server.busy_ms) == (20.0, 20.0, 30.0)
+    busy = server.utilisation()
+    server.drain_to(1_020.0)              # idle for the utilisation's time constant
+    assert server.in_service == 0.0 and server.utilisation() == pytest.approx(busy / math.e)
 
 
 def test_latency_curve_interpolates_and_is_flat_past_its_ends() -> None:
