@@ -5,18 +5,21 @@ controller's snapshot is written to a compacted changelog after every tick and e
 or preemption event, so whichever process owns the partition next restores integrators,
 inventory, segment estimates and the epoch instead of starting over. Windows in progress and
 outcomes since the last tick are deliberately not persisted: losing one period of them is
-cheaper than a changelog write per report.
+cheaper than a changelog write per report. The label join's pending decisions are kept apart,
+in the store the registry is given (`streams.agents.pending` live: RocksDB and a changelog of
+their own), since they grow with the request rate where the snapshot does not.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import msgspec
 
 from streams.control.config import ControlConfig
 from streams.control.controller import ControllerState, ScopeController
+from streams.control.pending import PendingStore
 
 
 class StoredScope(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -44,8 +47,14 @@ class ScopeRegistry:
     with that scope's ``[scopes.<region>]`` overrides), including its own control period.
     """
 
-    def __init__(self, config: ControlConfig) -> None:
+    def __init__(self, config: ControlConfig,
+                 pending: Callable[[str, int], PendingStore] | None = None) -> None:
+        """:param config: the control laws; each scope runs ``config.for_scope(scope)``.
+        :param pending: the label join's store for a scope on a partition (the disk store
+            live); None: each join keeps its decisions in the process.
+        """
         self.config = config
+        self.pending = pending
         self.stored: dict[str, StoredScope] = {}
         self.entries: dict[str, Entry] = {}
         self.restored_partitions: set[int] = set()
@@ -62,13 +71,15 @@ class ScopeRegistry:
 
     def _load(self, scope: str, partition: int) -> Entry:
         stored = self.stored.get(scope)
+        pending = None if self.pending is None else self.pending(scope, partition)
         if stored is not None:
             try:
-                return Entry(ScopeController(scope, self.config.for_scope(scope), stored.state),
-                             partition, stored.last_tick_ms)
+                return Entry(ScopeController(scope, self.config.for_scope(scope), stored.state,
+                                             pending), partition, stored.last_tick_ms)
             except ValueError as exc:  # a record of another scope or state version
                 self.skipped[scope] = str(exc)[:300]
-        return Entry(ScopeController(scope, self.config.for_scope(scope)), partition, 0)
+        return Entry(ScopeController(scope, self.config.for_scope(scope), pending=pending),
+                     partition, 0)
 
     def save(self, scope: str) -> StoredScope:
         """Snapshot a scope's controller; the caller writes it to the changelog."""

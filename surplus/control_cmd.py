@@ -78,7 +78,7 @@ def control_plane(
     preflight(kafka, timeout_s=15.0)
     inputs_there = _check_partitions(kafka, settings.partitions)
     settings = settings.model_copy(update={"replication_factor": _replication(kafka, settings)})
-    if _create_internal_topics(kafka, settings) and inputs_there:
+    if _create_internal_topics(kafka, settings, control) and inputs_there:
         # Every topic is there: Faust need not declare them, which asks the controller
         # broker and crashes its conductor while that broker is down (`declare_topics`).
         settings = settings.model_copy(update={"declare_topics": False})
@@ -159,21 +159,28 @@ def _replication(kafka: KafkaSettings, settings: ControlPlaneSettings) -> int:
         return 1
 
 
-def _create_internal_topics(kafka: KafkaSettings, settings: ControlPlaneSettings) -> bool:
-    """Create the ticks and changelog topics before Faust starts. Faust creates them too, but
+def _create_internal_topics(kafka: KafkaSettings, settings: ControlPlaneSettings,
+                            control: ControlConfig | None) -> bool:
+    """Create the ticks and changelog topics (the scopes' and the join's pending decisions')
+    before Faust starts. Faust creates them too, but
     its consumer can subscribe before the broker's metadata shows them; the consumer then
     ignores the topic until its next metadata refresh, minutes later, and the process never
     ticks (seen once in the fault suite: no targets for a whole minute)."""
     from schemas import kafka_clients
-    from streams.agents.control import internal_topics
+    from streams.agents.control import internal_topics, pending_topic
+    from streams.agents.pending import changelog_config
+    from streams.control.config import ControlConfig
     from surplus.topics import create_topics, replicated
 
     ticks, changelog = internal_topics(kafka, settings)
+    control = control or ControlConfig()
     replication = settings.replication_factor or 1
     wanted = [kafka_clients.NewTopic(name, num_partitions=settings.partitions,
                                      replication_factor=replication,
-                                     config=replicated({"cleanup.policy": policy}, replication))
-              for name, policy in ((ticks, "delete"), (changelog, "compact"))]
+                                     config=replicated(config, replication))
+              for name, config in ((ticks, {"cleanup.policy": "delete"}),
+                                   (changelog, {"cleanup.policy": "compact"}),
+                                   (pending_topic(kafka, settings), changelog_config(control)))]
     try:
         create_topics(kafka_clients.admin(kafka), wanted, timeout_s=15.0)
     except Exception as exc:  # Faust still tries itself; say why this did not

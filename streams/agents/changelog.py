@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from schemas import kafka_clients
 from schemas.kafka_clients import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -29,7 +29,30 @@ def read_changelog(kafka: KafkaSettings, topic: str, partitions: list[int],
     Blocking (run it in a thread). A topic that does not exist yet holds no state. Errors of a
     settling cluster are retried until `timeout_s`; then, or on any other error, it raises.
     """
-    if not partitions:
+    latest: dict[str, bytes] = {}
+
+    def keep(_partition: int, key: bytes, value: bytes | None) -> None:
+        if value is None:
+            latest.pop(key.decode(), None)
+        else:
+            latest[key.decode()] = value
+
+    replay_changelog(kafka, topic, dict.fromkeys(partitions), keep, timeout_s)
+    return latest
+
+
+def replay_changelog(kafka: KafkaSettings, topic: str, starts: dict[int, int | None],
+                     apply: Callable[[int, bytes, bytes | None], None],
+                     timeout_s: float = 60.0) -> dict[int, int]:
+    """Hand every record of `topic` from each partition's start (an offset, or None: its
+    beginning) to its high mark to `apply(partition, key, value)`, in offset order; a value
+    of None is a tombstone. Streams the records, so a large changelog needs no more memory than
+    `apply` keeps. Returns the last offset read of each partition that had any to read.
+
+    Blocking (run it in a thread); a missing topic has nothing to read; errors as
+    ``read_changelog``'s.
+    """
+    if not starts:
         return {}
     consumer = kafka_clients.consumer(kafka, f"{topic}-restore", **{
         "enable.auto.commit": False, "enable.partition.eof": True})
@@ -39,13 +62,16 @@ def read_changelog(kafka: KafkaSettings, topic: str, partitions: list[int],
             kafka_clients.partitions(consumer, topic, timeout_s)
         except TopicUnavailable:
             return {}
-        todo = {}
-        for p in partitions:
+        todo: dict[int, int] = {}
+        assign = []
+        for p, start in starts.items():
             low, high = _watermarks(consumer, TopicPartition(topic, p), deadline)
-            if high > low:
+            first = low if start is None else max(low, start)
+            if high > first:
                 todo[p] = high
-        consumer.assign(kafka_clients.starting_at(topic, todo, OFFSET_BEGINNING))
-        return _read_to(consumer, todo, deadline)
+                assign.append(TopicPartition(topic, p, first))
+        consumer.assign(assign)
+        return _read_to(consumer, todo, deadline, apply)
     finally:
         consumer.close()
 
@@ -63,9 +89,10 @@ def _watermarks(consumer: Consumer, tp: TopicPartition, deadline: float) -> tupl
             time.sleep(0.2)
 
 
-def _read_to(consumer: Consumer, todo: dict[int, int], deadline: float) -> dict[str, bytes]:
+def _read_to(consumer: Consumer, todo: dict[int, int], deadline: float,
+             apply: Callable[[int, bytes, bytes | None], None]) -> dict[int, int]:
     """Consume assigned partitions until each reached its high mark in `todo`."""
-    latest: dict[str, bytes] = {}
+    last: dict[int, int] = {}
     while todo:
         msg = consumer.poll(1.0)
         if msg is None:
@@ -76,13 +103,11 @@ def _read_to(consumer: Consumer, todo: dict[int, int], deadline: float) -> dict[
             if not kafka_clients.is_partition_eof(err) and not settling:
                 raise KafkaException(err)
             continue
-        key = (msg.key() or b"").decode()
-        value = msg.value()
-        if value is None:
-            latest.pop(key, None)
-        else:
-            latest[key] = value
         partition, offset = msg.partition(), msg.offset()
-        if partition is not None and offset is not None and offset + 1 >= todo.get(partition, 0):
+        if partition is None or offset is None:
+            continue
+        apply(partition, msg.key() or b"", msg.value())
+        last[partition] = offset
+        if offset + 1 >= todo.get(partition, 0):
             todo.pop(partition, None)
-    return latest
+    return last

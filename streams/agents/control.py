@@ -12,6 +12,12 @@ Faust Table; the explicit version is kept because merely having a Table in the a
 of ingest throughput here (the agents then share the consumer with its changelog), and its read-back
 waits out a cluster that is still electing leaders after an outage instead of crashing the
 worker (tests/faults/test_broker_outage.py).
+
+The label join's pending decisions are kept apart from that snapshot, in RocksDB under the
+process's data directory with a changelog topic of their own (`streams.agents.pending`): they
+grow with the request rate, so they are held on disk, written as they arrive and read back
+for a newly assigned partition, before its agents take another event, from where this
+process's disk left off (all of it on a disk that has none).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import base64
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
 import faust
@@ -42,6 +49,7 @@ from schemas.topics import scope_partition
 from streams.agents import health
 from streams.agents.changelog import read_changelog
 from streams.agents.metrics import Metrics
+from streams.agents.pending import PendingChangelog, changelog_config
 from streams.control.config import ControlConfig
 from streams.control.controller import ScopeController
 from streams.control.dispatch import (
@@ -64,6 +72,11 @@ def internal_topics(kafka: KafkaSettings, settings: ControlPlaneSettings) -> tup
     (cleanup ``compact``)."""
     base = f"{kafka.prefix}{settings.app_id}"
     return f"{base}-ticks", f"{base}-scopes-changelog"
+
+
+def pending_topic(kafka: KafkaSettings, settings: ControlPlaneSettings) -> str:
+    """The changelog of the label join's pending decisions (``pending.changelog_config``)."""
+    return f"{kafka.prefix}{settings.app_id}-pending-changelog"
 
 
 class Tick(msgspec.Struct, frozen=True):
@@ -89,7 +102,16 @@ class ControlPlane:
         self.deadletter = app.topic(kafka.topic("deadletter"), **raw)
         self.changelog = app.topic(changelog, internal=True, partitions=settings.partitions,
                                    compacting=True, deleting=False, **raw)
-        self.registry = ScopeRegistry(config)
+        pending_config = changelog_config(config)
+        self.pending_topic = app.topic(
+            pending_topic(kafka, settings), internal=True, partitions=settings.partitions,
+            compacting=True, deleting=True,
+            retention=timedelta(milliseconds=int(pending_config["retention.ms"])),
+            config={"segment.ms": pending_config["segment.ms"]}, **raw)
+        #: The join's pending decisions: on disk, with their changelog.
+        self.pending = PendingChangelog(kafka, self.pending_topic.get_topic_name(),
+                                        settings.data_dir / "pending")
+        self.registry = ScopeRegistry(config, self.pending.disk.store)
         self.partitions = settings.partitions
         #: Signs the targets published and checks the capacity events, notices and overrides
         #: read (None: signing off); a key directory is re-read while the plane runs.
@@ -116,6 +138,7 @@ class ControlPlane:
         app.timer(interval=self.tick_interval_ms / 1000, name="surplus-control-tick-timer")(
             self._send_ticks)
         app.on_partitions_revoked.connect(self._on_revoked)  # type: ignore[arg-type]
+        app.on_before_shutdown.connect(self._on_shutdown)  # type: ignore[arg-type]
         app.on_partitions_assigned.connect(self._on_assigned)  # type: ignore[arg-type]
         #: What /healthz and /readyz judge (``streams.agents.health``), served with /metrics.
         self.health = health.HealthState(period_ms=config.periods_ms()[0],
@@ -171,8 +194,10 @@ class ControlPlane:
             self.metrics.reports.inc(len(values))
         elif rule.topic == "outcomes":
             self.metrics.decisions.inc(len(values))
+            self.pending.poll()
         elif rule.topic == "labels":
             self.metrics.labels_received.inc(len(values))
+            self.pending.poll()
         elif isinstance(values[0], OperatorOverride):
             self.metrics.observe_override(values[0])
             log.warning("operator override %s", describe(values[0]))
@@ -214,6 +239,7 @@ class ControlPlane:
         """Tick each partition this process owns; the owner of a scope is the only ticker."""
         self.health.on_beat(wall_ms())
         self.metrics.observe_lag(self.app.monitor)
+        self.pending.checkpoint()
         name = self.ticks.get_topic_name()
         tick = msgspec.json.encode(Tick(wall_ms()))
         for tp in sorted(self.app.assignor.assigned_actives()):
@@ -267,11 +293,21 @@ class ControlPlane:
             for scope, reason in self.registry.restore(stored, fresh).items():
                 self.metrics.restore_skipped.inc()
                 log.error("state of scope %s not restored (starts afresh): %s", scope, reason)
+            if fresh:
+                await self.pending_topic.maybe_declare()
+                started = time.monotonic()
+                read = await asyncio.to_thread(self.pending.restore, fresh)
+                log.info("pending decisions of partitions %s: %d changelog records read in "
+                         "%.1f s", fresh, read, time.monotonic() - started)
         finally:
             for p in fresh:
                 self._restoring.pop(p).set()
             if not self._restoring:
                 self.health.on_restored()
+
+    async def _on_shutdown(self, app: faust.App, **_: Any) -> None:
+        """Deliver the pending changelog's queued records before the process ends."""
+        await asyncio.to_thread(self.pending.close)
 
     async def _on_revoked(self, app: faust.App, revoked: set[Any], **_: Any) -> None:
         self.health.on_revoked()

@@ -61,6 +61,7 @@ from streams.control.offpolicy import (
     learned_curves,
     lift_report,
 )
+from streams.control.pending import PendingStore
 from streams.control.rma import (
     CandidateSupply,
     RmaPolicy,
@@ -159,7 +160,14 @@ class ScopeController:
     """The control loop of one scope. See the module docstring for timing and restart rules."""
 
     def __init__(self, scope: str, config: ControlConfig,
-                 state: ControllerState | None = None) -> None:
+                 state: ControllerState | None = None,
+                 pending: PendingStore | None = None) -> None:
+        """:param scope: the region this controller runs.
+        :param config: its control laws (``ControlConfig.for_scope``).
+        :param state: a snapshot to continue from (a restart); None: a fresh start.
+        :param pending: where the label join keeps decisions waiting for labels (the live
+            plane's disk store); None: in this process (replay, simulator, tests).
+        """
         if state is not None and state.scope != scope:
             raise ValueError(f"state of scope {state.scope!r} given to controller of {scope!r}")
         self.scope = scope
@@ -180,7 +188,7 @@ class ScopeController:
         self._rma = RmaPolicy(config.rma, state.rma)
         self._supply = CandidateSupply()
         self._sbm = SbmPolicy(config.sbm, state.sbm)
-        self._join = AttributionJoin(config.labels)
+        self._join = AttributionJoin(config.labels, pending)
         self._estimates = GainEstimator(config.sbm, config.labels, state.estimates)
         self._cost = CostModel(config.cost, state.cost)
         self._restart_ceiling: tuple[float, float, float] | None = None

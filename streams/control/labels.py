@@ -29,20 +29,24 @@ times the request rate.
 Entries stay for two windows, not one, so that a label one window late is told apart from a
 label for a decision never seen. Time is the caller's ``now_ms`` (the event time in replay and
 in the simulator, the wall clock live); entries are kept in arrival order, so expiry and
-eviction pop from the front in O(1). The pending decisions are not part of the controller's
-snapshot (a restart loses at most one window of joins: their labels count as orphans); the
-estimates made from joined decisions are (``streams.control.offpolicy``).
+eviction pop from the front. Where the entries are kept is the caller's choice, injected as
+a ``PendingStore`` (`streams.control.pending`): an ordered dict in the process by default
+(replay, the simulator, unit tests), RocksDB with a changelog topic in the live control plane
+(`streams.agents.pending`), where pending decisions cost disk rather than RAM at any request
+rate and survive a restart, so their labels still join after it. They are not part of the
+controller's snapshot; the estimates made from joined decisions are
+(``streams.control.offpolicy``).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Literal, get_args
 
 import msgspec
 
 from schemas.contract import OutcomeLabel, RoutingOutcome
 from streams.control.config import LabelsConfig
+from streams.control.pending import MemoryPendingStore, Pending, PendingStore
 
 JoinReason = Literal["joined", "inline", "late", "orphan", "duplicate", "duplicate_decision",
                      "unlabelled", "evicted"]
@@ -50,21 +54,28 @@ JOIN_REASONS: tuple[JoinReason, ...] = get_args(JoinReason)
 
 
 class AttributionJoin:
-    """Decisions of one scope waiting for their labels (see the module docstring)."""
+    """Decisions of one scope waiting for their labels (see the module docstring).
 
-    def __init__(self, config: LabelsConfig) -> None:
+    :param config: the attribution window and the cap on entries held (``max_pending``).
+    :param store: where the entries wait (`streams.control.pending`); None: in this process.
+    """
+
+    def __init__(self, config: LabelsConfig, store: PendingStore | None = None) -> None:
         self.window_ms = round(config.window_s * 1000)
         self.retain_ms = 2 * self.window_ms
         self.max_pending = config.max_pending
-        #: request id -> the decision (waiting), or its arrival time (joined: kept to tell
-        #: duplicates and late labels from orphans until it expires).
-        self._pending: OrderedDict[str, RoutingOutcome | int] = OrderedDict()
-        #: arrival time of each entry, in the same order (expiry reads the front).
-        self._arrived: OrderedDict[str, int] = OrderedDict()
+        #: request id -> its entry: the decision waiting, or only its arrival once joined
+        #: (kept to tell duplicates and late labels from orphans until it expires).
+        self._store: PendingStore = store if store is not None else MemoryPendingStore()
         self.counts: dict[str, int] = dict.fromkeys(JOIN_REASONS, 0)
 
     def __len__(self) -> int:
-        return len(self._pending)
+        return len(self._store)
+
+    @property
+    def store(self) -> PendingStore:
+        """Where the entries wait."""
+        return self._store
 
     def on_decision(self, decision: RoutingOutcome, now_ms: int) -> RoutingOutcome | None:
         """Hold a decision for its label; one that carries its value is joined at once."""
@@ -73,50 +84,39 @@ class AttributionJoin:
             counts["inline"] += 1
             return decision
         rid = decision.request_id
-        if rid in self._pending:
+        store = self._store
+        if rid in store:
             counts["duplicate_decision"] += 1
             return None
         self._expire(now_ms)
-        pending, arrived = self._pending, self._arrived
-        while len(pending) >= self.max_pending:
-            old, entry = pending.popitem(last=False)
-            del arrived[old]
-            if not isinstance(entry, int):
+        while len(store) >= self.max_pending:
+            if store.drop_oldest():
                 counts["evicted"] += 1
-        pending[rid] = decision
-        arrived[rid] = now_ms
+        store.add(rid, Pending(now_ms, decision))
         return None
 
     def on_label(self, label: OutcomeLabel, now_ms: int) -> RoutingOutcome | None:
         """The decision a label completes, with its value; None (counted) when none."""
         counts = self.counts
         rid = label.request_id
-        entry = self._pending.get(rid)
+        entry = self._store.get(rid)
         if entry is None:
             counts["orphan"] += 1
             return None
-        if isinstance(entry, int):
+        decision = entry.decision
+        if decision is None:
             counts["duplicate"] += 1
             return None
-        arrived = self._arrived[rid]
-        self._pending[rid] = arrived
-        if now_ms - arrived > self.window_ms:
+        self._store.replace(rid, Pending(entry.arrived_ms, None))
+        if now_ms - entry.arrived_ms > self.window_ms:
             counts["late"] += 1
             return None
         counts["joined"] += 1
-        return msgspec.structs.replace(entry, value=label.value)
+        return msgspec.structs.replace(decision, value=label.value)
 
     def expire(self, now_ms: int) -> None:
         """Drop what is older than two windows (the controller calls it every tick)."""
         self._expire(now_ms)
 
     def _expire(self, now_ms: int) -> None:
-        arrived, pending = self._arrived, self._pending
-        cutoff = now_ms - self.retain_ms
-        while arrived:
-            rid, at = next(iter(arrived.items()))
-            if at >= cutoff:
-                return
-            del arrived[rid]
-            if not isinstance(pending.pop(rid), int):
-                self.counts["unlabelled"] += 1
+        self.counts["unlabelled"] += self._store.drop_older(now_ms - self.retain_ms)

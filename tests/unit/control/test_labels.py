@@ -39,7 +39,12 @@ def label(rid: str, value: float = 1.0, ts: int = 0) -> OutcomeLabel:
 # -- the join ----------------------------------------------------------------------------------
 
 def test_a_label_in_the_window_joins_and_every_other_fate_is_counted_by_reason() -> None:
-    join = AttributionJoin(LabelsConfig(window_s=600))
+    check_every_fate(AttributionJoin(LabelsConfig(window_s=600)))
+
+
+def check_every_fate(join: AttributionJoin) -> None:
+    """Each fate of a decision and a label, on a join of a 600 s window and an empty store
+    (also run on the disk store: tests/agents/test_pending_store.py)."""
     assert join.on_decision(decision("a"), 0) is None
     assert join.on_decision(decision("b"), 0) is None
     assert join.on_decision(decision("a"), 1) is None                # the same decision twice
