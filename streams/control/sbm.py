@@ -55,6 +55,9 @@ class SbmState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     """The coverage a capacity cut took away, to return to once capacity allows (0: none)."""
     extra_cap: int | None = None
     """The cap on the extra candidates of powerful requests (None: RMA's target applies)."""
+    floor_ms: float | None = None
+    """The lowest p99 the powerful pools were judged at: the model's own latency with nothing
+    queued (None: not judged yet; see ``SbmPolicy.slow_start_ms``)."""
 
 
 def measured_rps(stats: list[WindowStats]) -> float:
@@ -92,6 +95,7 @@ class SbmPolicy:
         self.coverage = state.coverage
         self._held = state.held
         self.extra_cap = state.extra_cap
+        self.floor_ms = state.floor_ms
         #: What kept the last coverage from being higher (see ``LimitReason``).
         self.limited_by: LimitReason = "hold"
 
@@ -138,9 +142,11 @@ class SbmPolicy:
         elif not judged:  # at zero coverage no latency can exist: probe one step
             wanted, why = cfg.max_increase_per_period, "sla"
         elif max(judged) > cfg.sla_p99_ms:
+            self._learn_floor(judged)
             wanted, why = self._over_sla(rma_extra), "sla"       # powerful pools too slow
             self._held = 0.0
         else:
+            self._learn_floor(judged)
             wanted, why = self.coverage + self._increase(max(judged)), "sla"
             self._regrow_extra(rma_extra, powerful_room(stats, cfg.headroom),
                                overload_per_request(stats, "powerful", "opportunistic"))
@@ -215,9 +221,26 @@ class SbmPolicy:
         capacity idle for longer. Near the SLA it climbs one step at a time."""
         cfg = self.config
         step = cfg.max_increase_per_period
-        if p99_ms < cfg.slow_start_below * cfg.sla_p99_ms:
+        if p99_ms < self.slow_start_ms():
             step = max(step, self.coverage * (cfg.increase_ratio - 1.0))
         return step
+
+    def slow_start_ms(self) -> float:
+        """The p99 under which coverage may double: ``slow_start_below`` of the way from the
+        latency floor to the SLA. Queueing is what coverage adds to a powerful request's
+        latency; the model's own time is there at any coverage. Measured from zero, a model
+        whose idle p99 is most of its SLA never slow-starts: `preemption_storm_tight`'s
+        (about 40 ms of 55) climbed one step a period from nothing, its first 25 s earning 173
+        against the hindsight oracle's 474. The floor is the lowest p99 judged, so it only
+        falls: a stale one makes the rule the stricter one it replaced, never looser."""
+        cfg = self.config
+        floor = min(self.floor_ms or 0.0, cfg.sla_p99_ms)
+        return floor + cfg.slow_start_below * (cfg.sla_p99_ms - floor)
+
+    def _learn_floor(self, judged: list[float]) -> None:
+        lowest = min(judged)
+        if self.floor_ms is None or lowest < self.floor_ms:
+            self.floor_ms = lowest
 
     def clamp(self, serviceable: float, request_rps: float) -> float:
         """Fast path: lower coverage to what remaining capacity supports; never raises it."""
@@ -239,7 +262,8 @@ class SbmPolicy:
 
     @property
     def state(self) -> SbmState:
-        return SbmState(coverage=self.coverage, held=self._held, extra_cap=self.extra_cap)
+        return SbmState(coverage=self.coverage, held=self._held, extra_cap=self.extra_cap,
+                        floor_ms=self.floor_ms)
 
 
 class ModelStats(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -65,7 +65,9 @@ def test_trimmed_multiplicatively_while_powerful_p99_exceeds_its_sla() -> None:
 
 
 def test_rises_at_most_max_increase_per_period() -> None:
-    policy = SbmPolicy(msgspec.structs.replace(CONFIG, max_increase_per_period=0.02))
+    # a floor of 0 learnt: a p99 of 100 is queueing, over 0.4 of the way to the SLA of 200
+    policy = SbmPolicy(msgspec.structs.replace(CONFIG, max_increase_per_period=0.02),
+                       SbmState(floor_ms=0.0))
     steps = [policy.step([powerful(1000.0)], 40.0, 1000.0, 25.0) for _ in range(3)]
     assert steps == pytest.approx([0.02, 0.04, 0.06])
 
@@ -79,6 +81,26 @@ def test_far_under_the_sla_coverage_doubles_up_to_what_capacity_supports() -> No
                        SbmState(coverage=0.05))
     assert capped.step([powerful(100.0, p99_ms=60.0)], 4.0, 1000.0, 25.0) == pytest.approx(0.08)
     assert capped.limited_by == "capacity"
+
+
+def test_slow_start_is_judged_from_the_latency_floor_not_from_zero() -> None:
+    # The model's own p99 is 120 ms of a 200 ms SLA at any coverage: over half the SLA, but
+    # no queueing yet, so coverage doubles until the p99 leaves the floor by 0.4 of the way.
+    policy = SbmPolicy(msgspec.structs.replace(CONFIG, max_increase_per_period=0.02,
+                                               max_coverage=1.0))
+    p99s = [120.0, 125.0, 150.0, 155.0, 130.0]
+    steps = [policy.step([powerful(1000.0, p99_ms=p99)], 40.0, 1000.0, 25.0) for p99 in p99s]
+    assert policy.slow_start_ms() == pytest.approx(120.0 + 0.4 * (200.0 - 120.0))
+    assert steps == pytest.approx([0.02, 0.04, 0.08, 0.10, 0.20])
+
+
+def test_the_latency_floor_only_falls_and_survives_a_restart() -> None:
+    policy = SbmPolicy(CONFIG)
+    for p99 in (90.0, 60.0, 150.0):
+        policy.step([powerful(1000.0, p99_ms=p99)], 40.0, 1000.0, 25.0)
+    assert policy.floor_ms == 60.0
+    assert SbmPolicy(CONFIG, policy.state).floor_ms == 60.0
+    assert SbmPolicy(CONFIG, msgspec.convert({"coverage": 0.3}, SbmState)).floor_ms is None
 
 
 def test_slow_start_off_climbs_one_step_at_a_time() -> None:
