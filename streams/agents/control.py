@@ -105,7 +105,7 @@ class ControlPlane:
         pending_config = changelog_config(config)
         self.pending_topic = app.topic(
             pending_topic(kafka, settings), internal=True, partitions=settings.partitions,
-            compacting=True, deleting=True,
+            deleting=True,
             retention=timedelta(milliseconds=int(pending_config["retention.ms"])),
             config={"segment.ms": pending_config["segment.ms"]}, **raw)
         #: The join's pending decisions: on disk, with their changelog.
@@ -194,10 +194,10 @@ class ControlPlane:
             self.metrics.reports.inc(len(values))
         elif rule.topic == "outcomes":
             self.metrics.decisions.inc(len(values))
-            self.pending.poll()
+            self.pending.flush()
         elif rule.topic == "labels":
             self.metrics.labels_received.inc(len(values))
-            self.pending.poll()
+            self.pending.flush()
         elif isinstance(values[0], OperatorOverride):
             self.metrics.observe_override(values[0])
             log.warning("operator override %s", describe(values[0]))
@@ -297,7 +297,7 @@ class ControlPlane:
                 await self.pending_topic.maybe_declare()
                 started = time.monotonic()
                 read = await asyncio.to_thread(self.pending.restore, fresh)
-                log.info("pending decisions of partitions %s: %d changelog records read in "
+                log.info("pending decisions of partitions %s: %d changelog entries read in "
                          "%.1f s", fresh, read, time.monotonic() - started)
         finally:
             for p in fresh:

@@ -4,20 +4,21 @@ At ad scale the decisions waiting for their labels outgrow a process's RAM (two 
 windows of logged decisions: 10 min at 10,000 a second is 12 million), and in RAM a kill -9
 turned a window of joins into orphans. Here they live in one RocksDB per control-plane process
 under its ``--data-dir``, whose memory is bounded by its own settings (``DiskSettings``)
-whatever the rate, and every entry written is also produced to a compacted changelog topic
-partitioned like the inputs:
+whatever the rate, and every entry written is also produced to a changelog topic partitioned
+like the inputs, in one record a partition for each input message (``PendingChangelog``):
 
 - killed and restarted on the same disk, a process finds its entries where it left them
   (RocksDB's write-ahead log survives the process) and reads the changelog only from the last
-  offset it knows was delivered, a second's worth;
+  offset it knows was delivered, a tick's worth;
 - a partition that moves to a process without its disk is rebuilt from the changelog.
 
 This is what a Faust Table on RocksDB does; it is done by hand for the reason the scope
 changelog is (`streams.agents.control`): a Table in the app shares the agents' consumer and
-cost ~15% of ingest, and a pending decision also needs an order by arrival that a Table's
-store has no index for. Entries dropped (expired, evicted) are not tombstoned on the changelog:
-the topic's retention (``compact,delete``, longer than two windows) drops them, and one read
-back from before its drop is dropped again by the join's expiry at the next tick.
+cost ~15% of ingest, a Table writes a record a key where a client's batch changes hundreds of
+entries, and a pending decision needs an order by arrival that a Table's store has no index
+for. Entries dropped (expired, evicted) are not written to the changelog: the topic's
+retention (three windows, ``changelog_config``) drops them, and one read back from before its
+drop is dropped again by the join's expiry at the next tick.
 
 The store's keys (raw bytes, one namespace per partition and scope)::
 
@@ -26,8 +27,8 @@ The store's keys (raw bytes, one namespace per partition and scope)::
     o | partition (2)                                                -> changelog offset (8)
 
 An entry is ``w`` + arrived ms (8) + the decision (msgpack) while it waits, ``j`` + arrived ms
-once joined. The changelog's key is the ``d`` key's tail from the scope's length on, its value
-the entry; it is written to the scope's partition.
+once joined. A changelog record is a msgpack array of (key, entry) pairs, the key the ``d``
+key's tail from the scope's length on, written to the scope's partition.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
-from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteOptions
+from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteOptions
 
 from schemas import kafka_clients
 from schemas.contract import RoutingOutcome
@@ -246,10 +247,12 @@ class RocksPendingStore:
     def add(self, request_id: str, entry: Pending) -> None:
         rid = request_id.encode()
         value = encode_entry(entry)
-        # The index first: killed between the two, an index key without its entry is skipped
-        # when it expires, where an entry without its index would never expire.
-        self._db.put(self._index + value[1:9] + rid, b"")
-        self._db.put(self._data + rid, value)
+        # The entry and its index in one write: atomic (an entry without its index would never
+        # expire), and one write-ahead-log append where two puts cost two.
+        batch = WriteBatch(raw_mode=True)
+        batch.put(self._index + value[1:9] + rid, b"")
+        batch.put(self._data + rid, value)
+        self._db.write(batch)
         self._count += 1
         if entry.arrived_ms < self._floor:  # a clock that stepped back: walk from here
             self._floor = entry.arrived_ms
@@ -310,24 +313,38 @@ class RocksPendingStore:
 
 
 def changelog_config(config: ControlConfig) -> dict[str, str]:
-    """The changelog topic's settings: compacted (one record a request id) and deleted after
-    three of the longest attribution window of any scope, so entries that expired (never
-    tombstoned) leave the topic once no join could want them (two windows) and a restore
-    never reads more than that; segments roll every window so retention can act."""
+    """The changelog topic's settings: deleted after three of the longest attribution window
+    of any scope, so entries leave the topic once no join could want them (two windows) and a
+    restore never reads more than that; segments roll every window so retention can act. Not
+    compacted: a record is a batch of entries (``PendingChangelog``), its key no request id."""
     windows = [config.labels.window_s, *(config.for_scope(s).labels.window_s
                                          for s in sorted(config.scopes))]
     window_ms = round(max(windows) * 1000)
-    return {"cleanup.policy": "compact,delete", "retention.ms": str(3 * window_ms),
+    return {"cleanup.policy": "delete", "retention.ms": str(3 * window_ms),
             "segment.ms": str(window_ms)}
+
+
+_encode_batch = msgspec.msgpack.Encoder().encode
+_batch_decoder = msgspec.msgpack.Decoder(list[tuple[bytes, bytes]])
+
+
+def decode_batch(value: bytes) -> list[tuple[bytes, bytes]]:
+    """The (key, entry) pairs of one changelog record; ``ValueError`` if it is not one."""
+    try:
+        return _batch_decoder.decode(value)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ValueError(f"not a batch of pending entries: {exc}") from exc
 
 
 class PendingChangelog:
     """The disk store's changelog: written as entries change, read back on assignment.
 
-    Produced with confluent-kafka (acks=all, idempotent, batched by librdkafka: a produce
-    call costs ~2 us, where an aiokafka send through Faust cost tens), whose delivery reports
-    tell the disk which offsets it holds. ``poll`` serves them; the control plane calls it
-    after each input message and each tick.
+    One record a partition for each input message that changed entries (``flush``, called
+    after each input message and each tick), holding them all as msgpack (key, entry) pairs,
+    rather than one record an entry: a produce call costs a few us in librdkafka and a
+    delivery report another, per record, and a client's batch of decisions or labels changes
+    hundreds of entries. Produced with confluent-kafka (acks=all, idempotent), whose delivery
+    reports tell the disk which offsets it holds.
 
     :param kafka: the cluster.
     :param topic: the changelog topic (partitioned as the inputs).
@@ -335,13 +352,18 @@ class PendingChangelog:
     :param settings: RocksDB's memory.
     """
 
+    #: A record is flushed early past this (Kafka's default message.max.bytes is 1 MB).
+    MAX_RECORD_BYTES = 256 * 1024
+
     def __init__(self, kafka: KafkaSettings, topic: str, path: Path,
                  settings: DiskSettings | None = None) -> None:
         self.kafka = kafka
         self.topic = topic
         self._producer: Producer | None = None
         self.disk = PendingDisk(path, self._emit, settings)
-        #: Changelog records the broker refused (the entry is still on this disk).
+        self._queued: dict[int, list[tuple[bytes, bytes]]] = {}
+        self._queued_bytes = 0
+        #: Changelog records the broker refused (their entries are still on this disk).
         self.failed = 0
 
     @property
@@ -352,44 +374,61 @@ class PendingChangelog:
         return self._producer
 
     def _emit(self, partition: int, key: bytes, value: bytes) -> None:
-        kafka_clients.produce_waiting(self.producer, self.topic, key=key, value=value,
-                                      partition=partition, on_delivery=self._delivered)
+        self._queued.setdefault(partition, []).append((key, value))
+        self._queued_bytes += len(key) + len(value)
+        if self._queued_bytes >= self.MAX_RECORD_BYTES:
+            self.flush()
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         partition, offset = msg.partition(), msg.offset()
         if err is not None or partition is None or offset is None:
             self.failed += 1
-            if self.failed == 1 or self.failed % 10_000 == 0:
+            if self.failed == 1 or self.failed % 1_000 == 0:
                 log.warning("pending changelog record not written (%d so far): %s",
                             self.failed, err)
             return
         self.disk.delivered(partition, offset)
 
-    def poll(self) -> None:
-        """Serve delivery reports (non-blocking)."""
+    def flush(self) -> None:
+        """Produce what the entries changed since the last call (one record a partition) and
+        serve delivery reports; non-blocking unless librdkafka's queue is full."""
+        if self._queued:
+            queued, self._queued, self._queued_bytes = self._queued, {}, 0
+            for partition, entries in queued.items():
+                kafka_clients.produce_waiting(self.producer, self.topic,
+                                              value=_encode_batch(entries),
+                                              partition=partition, on_delivery=self._delivered)
         if self._producer is not None:
             self._producer.poll(0)
 
     def checkpoint(self) -> None:
-        """Serve delivery reports and record the offsets delivered."""
+        """Flush, and record the offsets delivered."""
+        self.flush()
         if self._producer is not None:
-            self._producer.poll(0)
             self.disk.checkpoint()
 
     def restore(self, partitions: list[int], timeout_s: float = 120.0) -> int:
         """Bring the disk up to the changelog's end for newly assigned `partitions`: from the
         offset after the last this disk holds, or from the beginning on a disk that has none
-        of a partition. Blocking (run it in a thread); returns the records read."""
+        of a partition. Blocking (run it in a thread); returns the entries read. A record
+        that is not a batch is skipped with a warning."""
         starts = {}
         for p in partitions:
             held = self.disk.offset(p)
             starts[p] = None if held is None else held + 1
         read = 0
 
-        def apply(partition: int, key: bytes, value: bytes | None) -> None:
+        def apply(partition: int, _key: bytes, value: bytes | None) -> None:
             nonlocal read
-            read += 1
-            self.disk.apply(partition, key, value)
+            try:
+                entries = decode_batch(value or b"")
+            except ValueError as exc:
+                log.warning("pending changelog record of partition %d skipped: %s",
+                            partition, exc)
+                return
+            for key, entry in entries:
+                self.disk.apply(partition, key, entry)
+            read += len(entries)
 
         last = replay_changelog(self.kafka, self.topic, starts, apply, timeout_s)
         for partition, offset in last.items():
@@ -399,6 +438,7 @@ class PendingChangelog:
     def close(self, timeout_s: float = 5.0) -> None:
         """Deliver what is queued and record its offsets (the database stays open: agents may
         still be finishing an event)."""
+        self.flush()
         if self._producer is not None:
             self._producer.flush(timeout_s)
             self.disk.checkpoint()

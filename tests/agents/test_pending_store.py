@@ -5,7 +5,8 @@ in-process store and on the disk store; a disk reopened after its process died h
 pending decision, and their labels join; a disk rebuilt from the changelog alone (a partition
 moved) holds the same entries; a restore from the last delivered offset reads only what came
 after; a changelog record that is not an entry is skipped; on disk, decisions do not grow the
-Python heap; the changelog is kept longer than any scope's join could want an entry.
+Python heap; the changelog is kept longer than any scope's join could want an entry; one
+changelog record a partition carries what an input message changed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from pathlib import Path
 import pytest
 
 from schemas.contract import DECISION_VERSION, OutcomeLabel, RoutingOutcome
-from streams.agents.pending import PendingDisk, changelog_config, decode_entry, encode_entry
+from schemas.kafka_config import KafkaSettings
+from streams.agents.pending import (
+    PendingChangelog,
+    PendingDisk,
+    changelog_config,
+    decode_batch,
+    decode_entry,
+    encode_entry,
+)
 from streams.control.config import ControlConfig, LabelsConfig
 from streams.control.labels import AttributionJoin
 from streams.control.pending import MemoryPendingStore, Pending, PendingStore
@@ -182,6 +191,46 @@ def test_decisions_held_on_disk_do_not_grow_the_python_heap(tmp_path: Path) -> N
 def test_the_changelog_outlives_two_of_the_longest_window_of_any_scope() -> None:
     config = ControlConfig(labels=LabelsConfig(window_s=600),
                            scopes={"us2": {"labels": {"window_s": 900.0}}})
-    assert changelog_config(config) == {"cleanup.policy": "compact,delete",
+    assert changelog_config(config) == {"cleanup.policy": "delete",
                                         "retention.ms": str(3 * 900_000),
                                         "segment.ms": str(900_000)}
+
+
+class FakeProducer:
+    """What `PendingChangelog` asks of librdkafka's producer, recorded."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, bytes]] = []
+
+    def produce(self, topic: str, value: bytes, partition: int, on_delivery: object) -> None:
+        self.sent.append((partition, value))
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+def test_one_changelog_record_carries_every_entry_a_message_changed_on_a_partition(
+        tmp_path: Path) -> None:
+    log = PendingChangelog(KafkaSettings(bootstrap="127.0.0.1:9"), "pending", tmp_path / "p")
+    producer = FakeProducer()
+    log._producer = producer  # type: ignore[assignment]
+    eu1, us2 = log.disk.store(SCOPE, 3), log.disk.store("us2", 1)
+    for i in range(100):
+        eu1.add(f"r{i}", Pending(i, decision(f"r{i}")))
+    us2.add("x", Pending(0, None))
+    log.flush()
+    assert sorted(p for p, _ in producer.sent) == [1, 3]             # one record a partition
+    log.flush()
+    assert len(producer.sent) == 2                                    # nothing new: no record
+
+    moved = PendingDisk(tmp_path / "moved")
+    for partition, value in producer.sent:
+        for key, entry in decode_batch(value):
+            moved.apply(partition, key, entry)
+    assert len(moved.store(SCOPE, 3)) == 100
+    assert moved.store(SCOPE, 3).get("r7") == Pending(7, decision("r7"))
+    assert moved.store("us2", 1).get("x") == Pending(0, None)
+    with pytest.raises(ValueError, match="not a batch"):
+        decode_batch(b"junk")
+    moved.close()
+    log.disk.close()

@@ -24,6 +24,8 @@ from schemas.codec import encode_outcomes
 from schemas.contract import DECISION_VERSION, OutcomeLabel, RoutingOutcome
 from schemas.kafka_config import KafkaSettings
 from schemas.topics import scope_partition
+from streams.agents.changelog import replay_changelog
+from streams.agents.pending import decode_batch
 from surplus.localkafka import free_port
 from tests.integration.fleet import metric, scrape
 from tests.integration.harness import Proc, publish
@@ -92,18 +94,19 @@ def _committed_to_the_end(kafka: KafkaSettings, logical: str) -> Callable[[], bo
     return check
 
 
-def _changelog_holds(kafka: KafkaSettings, records: int) -> Callable[[], bool]:
-    """Whether the pending changelog's scope partition has `records` records or more."""
-    consumer = kafka_clients.consumer(kafka, f"{kafka.prefix}probe")
-    tp = kafka_clients.TopicPartition(f"{kafka.prefix}{kafka.prefix}cp-pending-changelog",
-                                      scope_partition(SCOPE, PARTITIONS))
+def _changelog_holds(kafka: KafkaSettings, entries: int) -> Callable[[], bool]:
+    """Whether the pending changelog's scope partition holds `entries` entries or more."""
+    topic = f"{kafka.prefix}{kafka.prefix}cp-pending-changelog"
 
     def check() -> bool:
-        try:
-            low, high = consumer.get_watermark_offsets(tp, timeout=5)
-        except kafka_clients.KafkaException:
-            return False
-        return high - low >= records
+        seen = 0
+
+        def count(_partition: int, _key: bytes, value: bytes | None) -> None:
+            nonlocal seen
+            seen += len(decode_batch(value or b""))
+
+        replay_changelog(kafka, topic, {scope_partition(SCOPE, PARTITIONS): None}, count, 10)
+        return seen >= entries
 
     return check
 
