@@ -28,9 +28,6 @@ in between cannot make a restored controller reuse an epoch already on the wire.
 
 from __future__ import annotations
 
-import math
-from typing import Literal
-
 import msgspec
 
 from schemas.contract import (
@@ -49,60 +46,35 @@ from schemas.contract import (
     WindowReport,
 )
 from streams.control import override as operator
-from streams.control.allocation_memo import AllocationMemo
 from streams.control.allocator import Allocation
+from streams.control.ceiling import Ceiling, Reason, period_ceiling, preemption_targets
 from streams.control.config import ControlConfig
 from streams.control.cost import CostModel, PoolCost
+from streams.control.evidence import ValueEvidence
 from streams.control.inventory import CapacityVector, InventoryState, PoolInventory
 from streams.control.labels import AttributionJoin
-from streams.control.offpolicy import (
-    EstimatesState,
-    GainEstimator,
-    learned_curves,
-    lift_report,
-)
+from streams.control.observed import Observed, observe
+from streams.control.offpolicy import EstimatesState, GainEstimator
 from streams.control.pending import PendingStore
-from streams.control.rma import (
-    CandidateSupply,
-    RmaPolicy,
-    RmaState,
-    provisioned_headroom,
-    ranking_request_rate,
-    ranking_starved,
-    rma_budget,
-)
-from streams.control.sbm import (
-    SbmPolicy,
-    SbmState,
-    SegmentState,
-    planned_rps,
-    sbm_target,
-)
+from streams.control.planner import Planner, UnitRates, demand_units, unit_rates
+from streams.control.rma import CandidateSupply, RmaPolicy, RmaState, ranking_starved, rma_budget
+from streams.control.sbm import SbmPolicy, SbmState, SegmentState, planned_rps, sbm_target
 from streams.control.windows import WindowSet, WindowStats
 
+__all__ = ["STATE_VERSION", "ControllerState", "Observed", "Reason", "ScopeController",
+           "ScopeMismatch", "decode_state", "encode_state"]
+
 STATE_VERSION = 1
-Reason = Literal["period", "preemption", "restart", "operator"]
 
 
 class ScopeMismatch(ValueError):
     """An event for another scope reached this controller (a routing bug upstream)."""
 
 
-class Observed(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """What the last tick measured that the fast path needs between ticks."""
-
-    ranking_rps: float = 0.0
-    """Requests/s on the ranking pools (model baseline)."""
-    total_rps: float = 0.0
-    """Requests/s over ranking and powerful pools: the traffic SBM coverage is a share of."""
-    powerful_capacity: dict[str, float] = {}
-    """Measured capacity_rps per opportunistic powerful-model pool id."""
-    provisioned_units_per_s: float = 0.0
-    """Extra candidates/s the provisioned ranking replicas have room for (``rma``)."""
-    serving: dict[str, str] = {}
-    """Opportunistic pool id -> the model its replicas last reported serving (kept while the
-    inventory knows the pool: granted, or reclaimed and may return): the allocator gives
-    those units to that model's lever only."""
+def _own(scope: str, kind: str, named: str, field: str) -> None:
+    """Refuse an event of ``kind`` whose ``field`` names another scope than ``scope``."""
+    if named != scope:
+        raise ScopeMismatch(f"{kind} of {field} {named!r} sent to scope {scope!r}")
 
 
 class ControllerState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -139,13 +111,6 @@ def decode_state(payload: bytes | str) -> ControllerState:
     if state.version != STATE_VERSION:
         raise ValueError(f"controller state version {state.version} is not {STATE_VERSION}")
     return state
-
-
-def _grid_up(units: float, steps_per_octave: int = 16) -> float:
-    """`units` rounded up to the next point of a geometric grid (0 stays 0)."""
-    if units <= 0.0:
-        return 0.0
-    return float(2.0 ** (math.ceil(math.log2(units) * steps_per_octave) / steps_per_octave))
 
 
 def _version(reason: Reason, sbm: SbmTarget) -> int:
@@ -188,62 +153,39 @@ class ScopeController:
         self._rma = RmaPolicy(config.rma, state.rma)
         self._supply = CandidateSupply()
         self._sbm = SbmPolicy(config.sbm, state.sbm)
-        self._join = AttributionJoin(config.labels, pending)
-        self._estimates = GainEstimator(config.sbm, config.labels, state.estimates)
+        self._evidence = ValueEvidence(config, state.estimates, pending)
         self._cost = CostModel(config.cost, state.cost)
-        self._restart_ceiling: tuple[float, float, float] | None = None
-        #: The allocator's curves as measured (None: the configured ones), set each tick.
-        self._learned_curves: tuple[tuple[tuple[float, float], ...],
-                                    tuple[tuple[float, float], ...]] | None = None
-        if restored:
-            last = state.last_targets
-            self._restart_ceiling = ((float(last.rma.extra_candidates), last.sbm.coverage,
-                                      last.rma.budget_units_per_s)
-                                     if last is not None else (0.0, 0.0, 0.0))
+        self._planner = Planner(config)
+        #: The first tick after a restart is held to the snapshot's last targets.
+        self._restart_ceiling = Ceiling.of(state.last_targets) if restored else None
         self._last_windows: list[WindowStats] = []
-        self._memo = AllocationMemo()
-        self._allocation = Allocation()
 
     # -- inputs --------------------------------------------------------------------------
 
     def on_report(self, report: WindowReport, now_ms: int) -> None:
         """Hot path: route into the pool's window (a dict lookup and a sketch merge)."""
-        if report.region != self.scope:
-            raise ScopeMismatch(f"WindowReport of region {report.region!r} sent to scope "
-                                f"{self.scope!r}")
+        _own(self.scope, "WindowReport", report.region, "region")
         self._windows.add(report)
 
     def on_capacity(self, event: CapacityEvent, now_ms: int) -> None:
-        if event.region != self.scope:
-            raise ScopeMismatch(f"CapacityEvent of region {event.region!r} sent to scope "
-                                f"{self.scope!r}")
+        _own(self.scope, "CapacityEvent", event.region, "region")
         self._inventory.apply(event)
 
     def on_outcome(self, outcome: RoutingOutcome, now_ms: int) -> None:
         """A decision record: held for its label, or joined at once if it carries its value."""
-        if outcome.scope != self.scope:
-            raise ScopeMismatch(f"RoutingOutcome of scope {outcome.scope!r} sent to scope "
-                                f"{self.scope!r}")
+        _own(self.scope, "RoutingOutcome", outcome.scope, "scope")
         self._supply.observe(outcome.available)
-        joined = self._join.on_decision(outcome, now_ms)
-        if joined is not None:
-            self._estimates.observe(joined)
+        self._evidence.on_decision(outcome, now_ms)
 
     def on_label(self, label: OutcomeLabel, now_ms: int) -> None:
         """An outcome label: joined with its decision within the window, else counted."""
-        if label.scope != self.scope:
-            raise ScopeMismatch(f"OutcomeLabel of scope {label.scope!r} sent to scope "
-                                f"{self.scope!r}")
-        joined = self._join.on_label(label, now_ms)
-        if joined is not None:
-            self._estimates.observe(joined)
+        _own(self.scope, "OutcomeLabel", label.scope, "scope")
+        self._evidence.on_label(label, now_ms)
 
     def on_override(self, override: OperatorOverride, now_ms: int) -> ControlTargets | None:
         """Hold the operator's override; a kill goes out now (the fast path), the rest apply
         at the next tick."""
-        if override.scope != self.scope:
-            raise ScopeMismatch(f"OperatorOverride of scope {override.scope!r} sent to scope "
-                                f"{self.scope!r}")
+        _own(self.scope, "OperatorOverride", override.scope, "scope")
         self._override = override
         if not (override.kill and operator.active(override, now_ms)):
             return None
@@ -256,161 +198,97 @@ class ScopeController:
     def on_preemption(self, notice: PreemptionNotice, now_ms: int) -> ControlTargets | None:
         """Drop the reclaimed capacity and emit targets clamped to what remains, now (None
         when the last targets, emitted for an earlier notice, already say exactly that)."""
-        if notice.region != self.scope:
-            raise ScopeMismatch(f"PreemptionNotice of region {notice.region!r} sent to scope "
-                                f"{self.scope!r}")
+        _own(self.scope, "PreemptionNotice", notice.region, "region")
         self._inventory.preempt(notice)
-        observed = self._observed
-        if not notice.replicas and notice.pool_id in observed.powerful_capacity:
-            capacity = dict(observed.powerful_capacity)
-            del capacity[notice.pool_id]
-            observed = msgspec.structs.replace(observed, powerful_capacity=capacity)
-            self._observed = observed
-        rma_rate, sbm_rate = rates = self._rates()
+        if not notice.replicas:
+            self._observed = self._observed.without(notice.pool_id)
+        observed, rates = self._observed, unit_rates(self._cost, self.config)
         allocation = self._allocate(now_ms, rates)
-        cfg = self.config
-        rma = self._rma.clamp(rma_budget(allocation, cfg.rma, rma_rate)
-                              + observed.provisioned_units_per_s, observed.ranking_rps)
-        measured = sum(observed.powerful_capacity[k] for k in sorted(observed.powerful_capacity))
-        serviceable = planned_rps(measured, allocation.sbm_accel_units, sbm_rate)
+        rma = self._rma.clamp(self._rma_budget(allocation, rates), observed.ranking_rps)
+        serviceable = planned_rps(observed.powerful_rps, allocation.sbm_accel_units,
+                                  rates.sbm_rps_per_accel)
         coverage = self._sbm.clamp(serviceable, observed.total_rps)
-        last = self._last_targets
-        if last is None:  # nothing issued yet: the fast path never raises optional work
-            rma, coverage = RmaTarget(extra_candidates=0, budget_units_per_s=0.0), 0.0
-            segments = {}
-        else:
-            rma = RmaTarget(extra_candidates=min(rma.extra_candidates,
-                                                 last.rma.extra_candidates),
-                            budget_units_per_s=min(rma.budget_units_per_s,
-                                                   last.rma.budget_units_per_s))
-            coverage = min(coverage, last.sbm.coverage)
-            segments = last.sbm.segments
-        rma = msgspec.structs.replace(rma, limited_by="preemption")
-        sbm = sbm_target(coverage, segments, "preemption",
-                         None if last is None else last.sbm.extra_candidates)
-        if last is not None and last.reason == "preemption" and (last.rma, last.sbm) == (rma, sbm):
-            # A repeat (a scheduler re-announcing its reclaim until the deadline) changes
-            # nothing the last targets did not already say: re-sending them would only load the
-            # broker and every worker at the moment the notices themselves must be fast.
-            return None
-        return self._emit(now_ms, rma, sbm, "preemption")
+        clamped = preemption_targets(self._last_targets, rma, coverage)
+        return None if clamped is None else self._emit(now_ms, *clamped, "preemption")
 
     # -- the control period ----------------------------------------------------------------
 
     def tick(self, now_ms: int) -> ControlTargets:
-        """Close the period's windows and emit this period's targets."""
-        cfg = self.config
-        stats = self._windows.close(now_ms)
-        self._last_windows = stats
-        dt_s = self._dt_s(now_ms)
-        self._last_tick_ms = now_ms
-        self._inventory.expire(now_ms)
-        self._join.expire(now_ms)
-        self._observed = self._observe(stats)
-        self._cost.observe(stats, dt_s)
-        rma_rate, sbm_rate = rates = self._rates()
-        if cfg.allocator.learn_curves:
-            self._learned_curves = learned_curves(
-                self._estimates, rma_units_per_accel_s=rma_rate, sbm_rps_per_accel=sbm_rate,
-                request_rps=self._observed.total_rps,
-                prior_rma=cfg.allocator.rma_value_segments)
+        """Close the period's windows and emit this period's targets.
+
+        The steps read what the ones before them left: what the period measured (windows,
+        expiries, the measured cost), the plan of the live capacity at that cost, the ceiling
+        a restart or an override's end holds this period to, RMA's step (SBM's powerful
+        requests carry its extras), SBM's step, then an active override over both.
+        """
+        stats, dt_s = self._measure(now_ms)
+        rates = unit_rates(self._cost, self.config)
+        self._planner.learn(self._evidence.estimates, rates, self._observed.total_rps)
         allocation = self._allocate(now_ms, rates)
-        ceiling = self._restart_ceiling
+        ceiling, reason = period_ceiling(self._restart_ceiling, self._last_targets,
+                                         self._override, now_ms)
         self._restart_ceiling = None
-        last = self._last_targets
-        resumed = ceiling is None and last is not None and last.reason == "operator"
-        if resumed and last is not None and not operator.active(self._override, now_ms):
-            # The override lapsed or was cleared: this period is held to what it allowed, as
-            # the first after a restart (its window was measured under the override); from the
-            # next the usual rules apply, the held point of a lever it cut included.
-            ceiling = (float(last.rma.extra_candidates), last.sbm.coverage,
-                       last.rma.budget_units_per_s)
-        budget = (rma_budget(allocation, cfg.rma, rma_rate)
-                  + self._observed.provisioned_units_per_s)
-        if ceiling is not None:
-            budget = min(budget, ceiling[2])
-        rma = self._rma.step(stats, budget, dt_s, ceiling=None if ceiling is None else ceiling[0],
-                             supply=self._supply.most, starved=ranking_starved(stats))
-        self._supply.close_period()
-        if allocation.rma_accel_units <= 0 and rma.extra_candidates == 0:
-            rma = msgspec.structs.replace(rma, limited_by="capacity")
-        elif self._observed.ranking_rps <= 0 and rma.limited_by == "hold":
-            rma = msgspec.structs.replace(rma, limited_by="demand")
-        # SBM's share too small for a judgeable window while the traffic itself is judged
-        starved = (any(w.enough_samples for w in stats if w.model == "baseline")
-                   and self._sbm.coverage * self._observed.total_rps * dt_s < cfg.min_samples)
-        self._sbm.step(stats, allocation.sbm_accel_units, self._observed.total_rps, sbm_rate,
-                       ceiling=None if ceiling is None else ceiling[1], starved=starved,
-                       allocation_limit=allocation.sbm_limit, rma_extra=rma.extra_candidates)
-        sbm = sbm_target(self._sbm.coverage, self._estimates.priorities(),
-                         self._sbm.limited_by, self._sbm.extra_cap)
-        reason: Reason = "period" if ceiling is None or resumed else "restart"
-        overridden = operator.apply(self._override, now_ms, rma, sbm, last)
+        rma = self._step_rma(stats, allocation, rates, dt_s, ceiling)
+        sbm = self._step_sbm(stats, allocation, rates, dt_s, ceiling, rma.extra_candidates)
+        overridden = operator.apply(self._override, now_ms, rma, sbm, self._last_targets)
         if overridden is not None:
             (rma, sbm), reason = overridden, "operator"
         return self._emit(now_ms, rma, sbm, reason)
 
-    def _dt_s(self, now_ms: int) -> float:
-        """Seconds since the last tick, kept within [0.1, max_dt_periods] periods."""
+    def _measure(self, now_ms: int) -> tuple[list[WindowStats], float]:
+        """Close the windows and expire what lapsed; the windows and the seconds they span
+        (since the last tick, kept within [0.1, max_dt_periods] periods)."""
         period = self.config.period_s
-        if self._last_tick_ms is None:
-            return period
-        dt = (now_ms - self._last_tick_ms) / 1000.0
-        return min(max(dt, 0.1 * period), self.config.max_dt_periods * period)
+        last, self._last_tick_ms = self._last_tick_ms, now_ms
+        dt_s = period if last is None else min(max((now_ms - last) / 1000.0, 0.1 * period),
+                                               self.config.max_dt_periods * period)
+        stats = self._last_windows = self._windows.close(now_ms)
+        self._inventory.expire(now_ms)
+        self._evidence.join.expire(now_ms)
+        self._observed = observe(stats, self._inventory, self._observed,
+                                 self.config.cost.provisioned_utilisation)
+        self._cost.observe(stats, dt_s)
+        return stats, dt_s
 
-    def _observe(self, stats: list[WindowStats]) -> Observed:
-        ranking = ranking_request_rate(stats)
-        powerful = [w for w in stats if w.model == "powerful"]
-        total = ranking + sum(w.request_rate for w in powerful)
-        capacity = {w.pool_id: w.capacity_rps for w in powerful
-                    if w.tier == "opportunistic" and w.capacity_rps > 0}
-        return Observed(ranking_rps=ranking, total_rps=total, powerful_capacity=capacity,
-                        provisioned_units_per_s=provisioned_headroom(
-                            stats, self.config.cost.provisioned_utilisation),
-                        serving=self._inventory.serving(stats, self._observed.serving))
+    def _rma_budget(self, allocation: Allocation, rates: UnitRates) -> float:
+        """Extra candidates/s RMA may spend: what its allocation scores at the measured
+        cost, and the provisioned ranking replicas' idle room."""
+        return (rma_budget(allocation, self.config.rma, rates.rma_units_per_accel_s)
+                + self._observed.provisioned_units_per_s)
 
-    def _rates(self) -> tuple[float, float]:
-        """What one accelerator unit may plan to do, at the measured cost: extra candidates/s
-        (to the target utilisation) and powerful-model requests/s (SBM's headroom applies)."""
-        cost, cfg = self._cost, self.config
-        rma = cfg.cost.target_utilisation / cost.seconds_per_unit(
-            "baseline", cfg.rma.candidates_per_accel_unit_s)
-        sbm = 1.0 / cost.seconds_per_unit("powerful", cfg.sbm.powerful_rps_per_accel_unit,
-                                          per="requests")
-        return rma, sbm
+    def _step_rma(self, stats: list[WindowStats], allocation: Allocation, rates: UnitRates,
+                  dt_s: float, ceiling: Ceiling | None) -> RmaTarget:
+        """RMA's PID step under the budget (and the ceiling, where one holds this period)."""
+        budget = self._rma_budget(allocation, rates)
+        if ceiling is not None:
+            budget = min(budget, ceiling.budget_units_per_s)
+        rma = self._rma.step(stats, budget, dt_s,
+                             ceiling=None if ceiling is None else ceiling.extra_candidates,
+                             supply=self._supply.most, starved=ranking_starved(stats),
+                             unallocated=allocation.rma_accel_units <= 0)
+        self._supply.close_period()
+        return rma
 
-    def _allocate(self, now_ms: int, rates: tuple[float, float]) -> Allocation:
-        """Allocation of the scope's live capacity (solved only for inputs not seen before)."""
-        capacity = self._inventory.available(self.scope, now_ms, self._observed.serving)
-        rma_max, sbm_max = self._demand_units(*rates)
-        config = self.config.allocator
-        curves = None
-        if config.learn_curves and self._learned_curves is not None:
-            curves = self._learned_curves
-        allocation = self._memo.solve(capacity, config, rma_max, sbm_max, curves)
-        self._allocation = allocation
-        return allocation
+    def _step_sbm(self, stats: list[WindowStats], allocation: Allocation, rates: UnitRates,
+                  dt_s: float, ceiling: Ceiling | None, rma_extra: int) -> SbmTarget:
+        """SBM's coverage step, starved where its share of the traffic is too small for a
+        judgeable window while the traffic itself is judged (see ``SbmPolicy.step``)."""
+        total_rps = self._observed.total_rps
+        starved = (any(w.enough_samples for w in stats if w.model == "baseline")
+                   and self._sbm.coverage * total_rps * dt_s < self.config.min_samples)
+        self._sbm.step(stats, allocation.sbm_accel_units, total_rps, rates.sbm_rps_per_accel,
+                       ceiling=None if ceiling is None else ceiling.coverage, starved=starved,
+                       allocation_limit=allocation.sbm_limit, rma_extra=rma_extra)
+        return sbm_target(self._sbm.coverage, self._evidence.estimates.priorities(),
+                          self._sbm.limited_by, self._sbm.extra_cap)
 
-    def _demand_units(self, rma_rate: float, sbm_rate: float) -> tuple[float, float]:
-        """Accelerator units each lever could use at the last measured traffic.
-
-        RMA: enough to pay for ``max_extra_candidates`` on every ranking request at the settled
-        rate (``RmaPolicy.settled_rate``, the median of recent periods). The cap spreads the
-        budget over the last period's rate where that is lower (``RmaPolicy.cap``); demand keeps
-        the median, so a one-period dip does not shrink RMA's share of the capacity. SBM: enough
-        to serve ``max_coverage`` of all requests within the headroom. Capacity past these is
-        worth nothing now, so the allocator does not hand it to a lever that cannot use it.
-        Demand is rounded *up* to a geometric grid (steps of 1/16 octave, about 4.4%): traffic
-        jitters every period, and re-solving the LP for a 1% change in demand cost a millisecond
-        per tick (a third of the offline replay's time) without changing the split materially.
-        """
-        rma, sbm, seen = self.config.rma, self.config.sbm, self._observed
-        per_unit = min(self.config.allocator.cpu_per_accel_for_rma * rma.candidates_per_cpu_unit_s,
-                       rma_rate)
-        rma_units = (self._rma.most(self._supply.most) * self._rma.settled_rate(seen.ranking_rps)
-                     / per_unit)
-        sbm_units = sbm.max_coverage * seen.total_rps / (sbm.headroom * sbm_rate)
-        return _grid_up(rma_units), _grid_up(sbm_units)
+    def _allocate(self, now_ms: int, rates: UnitRates) -> Allocation:
+        """Allocation of the scope's live capacity, each lever given what it could use."""
+        seen = self._observed
+        capacity = self._inventory.available(self.scope, now_ms, seen.serving)
+        demand = demand_units(self.config, rates, self._rma.most(self._supply.most),
+                              self._rma.settled_rate(seen.ranking_rps), seen.total_rps)
+        return self._planner.allocate(capacity, demand)
 
     def _emit(self, now_ms: int, rma: RmaTarget, sbm: SbmTarget, reason: Reason) -> ControlTargets:
         self._epoch += 1
@@ -428,19 +306,19 @@ class ScopeController:
                                last_tick_ms=self._last_tick_ms, last_targets=self._last_targets,
                                rma=self._rma.state, sbm=self._sbm.state,
                                inventory=self._inventory.state,
-                               estimates=self._estimates.state, observed=self._observed,
+                               estimates=self._evidence.estimates.state, observed=self._observed,
                                cost=self._cost.state,
                                override=self._override)
 
     @property
     def join(self) -> AttributionJoin:
         """Decisions waiting for labels, and the join's counts by reason."""
-        return self._join
+        return self._evidence.join
 
     @property
     def estimates(self) -> GainEstimator:
         """Per-segment gains and measured lift from joined decisions."""
-        return self._estimates
+        return self._evidence.estimates
 
     @property
     def override(self) -> OperatorOverride | None:
@@ -468,18 +346,17 @@ class ScopeController:
 
     def lift_report(self, now_ms: int) -> LiftReport:
         """The measured lift and the join's counts, for the estimates topic and the log."""
-        return lift_report(self.scope, now_ms, self._epoch, self._estimates, self._join.counts,
-                           self.curves_learned)
+        return self._evidence.report(self.scope, now_ms, self._epoch, self.curves_learned)
 
     @property
     def curves_learned(self) -> bool:
         """Whether the last allocation used measured value curves (else the configured)."""
-        return self._learned_curves is not None and self.config.allocator.learn_curves
+        return self._planner.curves_learned
 
     @property
     def allocation(self) -> Allocation:
         """The allocation behind the last emitted targets (for telemetry)."""
-        return self._allocation
+        return self._planner.allocation
 
     @property
     def cost(self) -> CostModel:

@@ -196,7 +196,7 @@ class RmaPolicy:
 
     def step(self, stats: list[WindowStats], budget_units_per_s: float, dt_s: float, *,
              ceiling: float | None = None, supply: int | None = None,
-             starved: bool = False) -> RmaTarget:
+             starved: bool = False, unallocated: bool = False) -> RmaTarget:
         """Advance the PID on this period's ranking windows.
 
         ``ceiling`` is an extra upper bound from the caller (the first period after a restart
@@ -207,7 +207,9 @@ class RmaPolicy:
         and the ranking pools get too few to judge. Holding would then hold for ever, at zero
         after a reclaim, and the powerful requests, whose extras RMA's target bounds too,
         would carry none: the output steps up by ``max_step`` (to the cap, where no step is
-        set) while none of the few ranking samples was over the SLA.
+        set) while none of the few ranking samples was over the SLA. ``unallocated``: the
+        allocator gave RMA no accelerator units, so a target of zero is limited by
+        ``capacity``, whatever else would bind it.
         """
         budget = max(0.0, budget_units_per_s)
         rate = ranking_request_rate(stats)
@@ -247,7 +249,7 @@ class RmaPolicy:
         self._issued = target.extra_candidates
         self.limited_by = self._limit(target.extra_candidates, budget_high,
                                       self.config.setpoint_ms if stepped else p99, ceiling,
-                                      supply, served)
+                                      supply, served, unallocated=unallocated, rate=rate)
         return msgspec.structs.replace(target, limited_by=self.limited_by)
 
     def served_cap(self, trimmed: float | None) -> float | None:
@@ -298,9 +300,13 @@ class RmaPolicy:
 
     def _limit(self, extra: int, budget_high: float, p99: float | None,
                ceiling: float | None, supply: int | None,
-               served: float | None = None) -> LimitReason:
-        """Why ``extra`` is not higher: the first bound it sits at, else the SLA loop."""
+               served: float | None = None, *, unallocated: bool = False,
+               rate: float = 1.0) -> LimitReason:
+        """Why ``extra`` is not higher: the first bound it sits at, else the SLA loop. A
+        target held with no ranking traffic at all (``rate``) is held for want of demand."""
         cfg = self.config
+        if unallocated and extra == 0:
+            return "capacity"                 # no accelerator to score extras on
         if supply is not None and extra >= supply:
             return "demand"                   # every candidate the callers offer is scored
         if served is not None and extra >= math.floor(served + 1e-9):
@@ -312,7 +318,7 @@ class RmaPolicy:
         if extra >= math.floor(budget_high + 1e-9) and budget_high < cfg.max_extra_candidates:
             return "budget"
         if p99 is None or ceiling is not None:
-            return "hold"
+            return "hold" if rate > 0 else "demand"
         return "sla"
 
     def clamp(self, budget_units_per_s: float, request_rate: float) -> RmaTarget:

@@ -312,3 +312,18 @@ def test_the_served_cap_survives_a_restart() -> None:
     state = msgspec.json.decode(msgspec.json.encode(policy.state), type=RmaState)
     assert state.served == pytest.approx(60.0)
     assert state.issued == 60
+
+
+def test_a_zero_target_without_allocated_accelerators_is_limited_by_capacity() -> None:
+    policy = RmaPolicy(CONFIG)
+    target = policy.step([stats(50.0)], 0.0, 10.0, unallocated=True)
+    assert (target.extra_candidates, target.limited_by) == (0, "capacity")
+    assert policy.limited_by == "capacity"
+
+
+def test_a_target_held_without_any_ranking_traffic_is_limited_by_demand() -> None:
+    policy = RmaPolicy(CONFIG)
+    held = policy.step([stats(50.0, rate=0.0, enough=False)], BIG_BUDGET, 10.0)
+    assert held.limited_by == "demand"
+    thin = RmaPolicy(CONFIG).step([stats(50.0, rate=5.0, enough=False)], BIG_BUDGET, 10.0)
+    assert thin.limited_by == "hold"  # traffic too thin to judge is not a want of demand
