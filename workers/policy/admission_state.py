@@ -1,5 +1,5 @@
-"""What admission hands out and reports: a unit of admitted work (to the batcher) and the
-queue's state (to clients on every response, and in telemetry)."""
+"""What admission hands out and reports: a unit of admitted work (to the batcher), the
+queue's state and its shedding level (to clients on every response, and in telemetry)."""
 
 from __future__ import annotations
 
@@ -35,3 +35,13 @@ class AdmissionState:
     ms_per_unit: float
     batch_overhead_ms: float
     shed_units: dict[str, int] = field(default_factory=dict)
+
+
+def shedding_level(delay_ms: float, bound_ms: float, fractions: tuple[float, float]) -> int:
+    """0 (all clear) .. 3 (send no optional work): the queue delay against the delay bound,
+    level 1 and 2 from ``fractions`` of it (``AdmissionConfig.level_fractions``); clients
+    shed harder at higher levels."""
+    if delay_ms >= bound_ms:
+        return 3
+    low, high = fractions
+    return 2 if delay_ms >= high * bound_ms else 1 if delay_ms >= low * bound_ms else 0

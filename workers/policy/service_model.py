@@ -6,6 +6,8 @@ One concept a module, as concurrency-limits keeps its measurements apart (`limit
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class ServiceModel:
     """Forward-pass time as ``overhead + units * per_unit``, fitted by exponentially weighted
@@ -38,6 +40,16 @@ class ServiceModel:
             self.per_unit_ms, self.overhead_ms = slope, intercept
         else:
             self.per_unit_ms, self.overhead_ms = mean_y / mean_x, 0.0
+
+    def calibrate(self, passes: Iterable[tuple[int, float]]) -> None:
+        """Forward passes timed before serving (the model's warm-up, on the replica's own
+        device and CPU slice) as the first batches. Until the first batch is measured the
+        fit otherwise predicts with ``initial_ms_per_unit``, a prior that a lent replica in a
+        small slice can exceed tenfold: its first requests were admitted as fitting and ended
+        at 150-190 ms of a 100 ms deadline."""
+        for units, elapsed_ms in passes:
+            if units > 0 and elapsed_ms >= 0:
+                self.add(units, elapsed_ms)
 
     def drain_ms(self, units: int, batch_units: int | None) -> float:
         """How long ``units`` take through passes of at most ``batch_units`` each."""

@@ -25,3 +25,9 @@ def test_batches_of_one_size_fall_back_to_time_per_row() -> None:
     assert model.overhead_ms == 0.0
     assert model.per_unit_ms == pytest.approx(0.5)
     assert model.drain_ms(0, 32) == 0.0
+
+
+def test_timed_warm_up_passes_replace_the_prior_before_the_first_batch() -> None:
+    model = ServiceModel(0.05, 0.05)
+    model.calibrate([(16, 16.0), (0, 3.0), (32, -1.0), (16, 16.0)])  # empty and bad ignored
+    assert model.per_unit_ms == 1.0
