@@ -103,6 +103,10 @@ class DiskSettings(msgspec.Struct, frozen=True):
     block_cache_mb: int = 32
 
 
+#: Databases a data directory may hold for control planes sharing it (``PendingDisk``).
+MAX_SLOTS = 16
+
+
 class PendingDisk:
     """One process's RocksDB of pending decisions, and the offsets its changelog reached.
 
@@ -136,13 +140,31 @@ class PendingDisk:
             table = BlockBasedOptions()
             table.set_block_cache(Cache(self.settings.block_cache_mb << 20))
             options.set_block_based_table_factory(table)
-            self.path.mkdir(parents=True, exist_ok=True)
-            db = Rdict(str(self.path), options)
+            db = self._open_free_slot(options)
             # Not synced: a process killed keeps what it wrote (the OS has it); a machine lost
             # is what the changelog is for.
             db.set_write_options(WriteOptions())
             self._db = db
         return self._db
+
+    def _open_free_slot(self, options: Options) -> Rdict:
+        """The first database under ``path`` (``slot-0``, ``slot-1``, ...) no other process
+        holds. RocksDB locks its directory, and two control planes may be started with one
+        ``--data-dir`` on a host (the default, from one working directory): the second
+        crashed on the lock at its first assignment. A process restarted alone finds its
+        ``slot-0`` again; each slot is a whole disk (entries and the offsets they reached), so
+        which one a process gets never mixes two, and the changelog fills in the rest."""
+        for slot in range(MAX_SLOTS):
+            where = self.path / f"slot-{slot}"
+            where.mkdir(parents=True, exist_ok=True)
+            try:
+                return Rdict(str(where), options)
+            except Exception as exc:  # rocksdict raises a bare Exception on an IO error
+                if "lock" not in str(exc).lower():
+                    raise
+                log.info("pending decisions: %s is held by another process", where)
+        raise RuntimeError(f"pending decisions: all {MAX_SLOTS} databases under {self.path} "
+                           "are held by other processes; give this one its own --data-dir")
 
     def store(self, scope: str, partition: int) -> RocksPendingStore:
         """The store of one scope (its entries counted now: a walk of its index)."""

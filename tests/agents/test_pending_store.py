@@ -143,6 +143,20 @@ def test_a_restore_reads_on_from_the_last_offset_the_disk_holds(tmp_path: Path) 
     assert PendingDisk(tmp_path / "pending").offset(3) == 57
 
 
+def test_two_processes_on_one_data_dir_each_get_a_disk_and_a_lone_restart_finds_its_own(
+        tmp_path: Path) -> None:
+    # RocksDB locks its directory: the second control plane on one --data-dir crashed on it.
+    first = PendingDisk(tmp_path / "pending")
+    second = PendingDisk(tmp_path / "pending")
+    first.restored(3, 10)
+    second.restored(5, 20)
+    assert (first.offset(3), first.offset(5)) == (10, None)
+    assert (second.offset(3), second.offset(5)) == (None, 20)
+    first.close()
+    second.close()
+    assert PendingDisk(tmp_path / "pending").offset(3) == 10          # slot-0 again
+
+
 def test_a_changelog_record_that_is_not_an_entry_is_skipped(tmp_path: Path) -> None:
     disk = PendingDisk(tmp_path / "pending")
     key = len(SCOPE).to_bytes(2, "big") + SCOPE.encode()
