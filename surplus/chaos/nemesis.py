@@ -330,24 +330,7 @@ class Nemesis:
         self._grant(RMA_POOL)
         acked = sum(r.acked for r in records)
         direct = sum(r.direct_t is not None for r in records)
-        again = self._lend_again("p1") if any(r.reclaims_replica for r in records) else ""
-        return (f"{len(records)} notices ({acked} acked, {direct} straight to p1), "
-                f"re-granted{again}")
-
-    def _lend_again(self, name: str) -> str:
-        """A replica lent again after a reclaim is a new life, as the platform would give: a
-        replica does no optional work past a reclaim's deadline (`workers.policy.replica`).
-        Restarted after the grant, unless a fault of its own holds it (then it stays
-        reclaimed, serving baseline only)."""
-        lock = self._lock(f"worker:{name}")
-        if not lock.acquire(blocking=False):
-            return f"; {name} held by another fault, not restarted"
-        try:
-            self.fleet.workers[name].kill()
-            self._restart(name)
-        finally:
-            lock.release()
-        return f"; {name} restarted"
+        return f"{len(records)} notices ({acked} acked, {direct} straight to p1), re-granted"
 
     def _genuine_targets(self) -> list[bytes]:
         return [m.value() for m in list(self.reader.messages) if m.value()]
