@@ -210,9 +210,9 @@ def test_leader_broker_killed_under_load_loses_no_acknowledged_notice_or_target(
     topics = {name: {len(p.replicas) for p in t.partitions.values()}
               for name, t in admin.list_topics(timeout=10).topics.items()
               if name.startswith(kafka.prefix)}
-    # The catalog's topics and two of the control plane's own (its state's changelog, and one
-    # of Faust's).
-    assert len(topics) == len(CATALOG) + 2, topics
+    # The catalog's topics and three of the control plane's own (its state's changelog, the
+    # label join's pending changelog, and one of Faust's).
+    assert len(topics) == len(CATALOG) + 3, topics
     assert set(map(frozenset, topics.values())) == {frozenset({BROKERS})}, topics
     notices = NoticeStream(kafka).start()
     try:
