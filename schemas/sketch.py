@@ -9,6 +9,8 @@ and answers quantiles with the same logarithmic mapping the library uses.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from itertools import chain
 
 import numpy as np
 from ddsketch import DDSketch
@@ -77,10 +79,14 @@ class SketchMerger:
         self.sum = 0.0
         self.max = 0.0
 
+    def mismatch(self, wire: LatencySketch) -> SketchMismatch:
+        """The refusal of a sketch whose relative accuracy is not this merger's."""
+        return SketchMismatch(f"cannot merge a sketch of relative_accuracy "
+                              f"{wire.relative_accuracy} into one of {self.relative_accuracy}")
+
     def add(self, wire: LatencySketch) -> None:
         if wire.relative_accuracy != self.relative_accuracy:
-            raise SketchMismatch(f"cannot merge a sketch of relative_accuracy "
-                                 f"{wire.relative_accuracy} into one of {self.relative_accuracy}")
+            raise self.mismatch(wire)
         n = len(wire.bins)
         if n:
             start = wire.offset - self._lo
@@ -94,6 +100,45 @@ class SketchMerger:
         self.sum += wire.sum
         if wire.max > self.max:
             self.max = wire.max
+
+    def add_many(self, wires: Sequence[LatencySketch]) -> None:
+        """``add`` each of ``wires`` in turn, in one numpy pass over all their bins.
+
+        The same integer sums (and the same float ``sum``, added in the same order) as one
+        ``add`` a sketch, at about half the cost: a single ``add`` spends most of its 1.7 µs
+        converting a 40-bin list and calling numpy, which this pays once for the lot (the
+        control windows hold a period's sketches and merge them at its close). Raises
+        ``SketchMismatch`` before changing anything if any sketch is of another accuracy.
+
+        Args:
+            wires: the sketches, in the order ``add`` would have taken them.
+        """
+        accuracy = self.relative_accuracy
+        lens: list[int] = []
+        starts: list[int] = []
+        for wire in wires:
+            if wire.relative_accuracy != accuracy:
+                raise self.mismatch(wire)
+            lens.append(len(wire.bins))
+            starts.append(wire.offset)
+        total = sum(lens)
+        if total:
+            counts = np.fromiter(chain.from_iterable([w.bins for w in wires]), np.int64, total)
+            sizes = np.array(lens, np.int64)
+            before = np.cumsum(sizes) - sizes
+            keys = np.arange(total, dtype=np.int64)
+            keys += np.repeat(np.array(starts, np.int64) - self._lo - before, sizes)
+            if int(keys.min()) < 0 or int(keys.max()) >= len(self._bins):
+                np.clip(keys, 0, len(self._bins) - 1, out=keys)
+            np.add.at(self._bins, keys, counts)
+        zeros, count, total_ms, top = self.zero_count, self.count, self.sum, self.max
+        for wire in wires:
+            zeros += wire.zero_count
+            count += wire.count
+            total_ms += wire.sum
+            if wire.max > top:
+                top = wire.max
+        self.zero_count, self.count, self.sum, self.max = zeros, count, total_ms, top
 
     def quantile(self, q: float) -> float:
         """The q-quantile in ms (NaN when empty), within the sketch's relative accuracy."""

@@ -63,3 +63,36 @@ def test_hostile_offsets_are_clamped_not_allocated() -> None:
     merger.add(LatencySketch(relative_accuracy=0.02, offset=99_999, bins=[5], count=5,
                              sum=1.0, min=0.0, max=1e9))
     assert merger.count == 5
+
+
+def test_add_many_gives_the_sums_of_one_add_each() -> None:
+    from schemas.contract import LatencySketch
+
+    rng = np.random.default_rng(3)
+    wires = [to_wire(_sketch_of(rng.lognormal(mean=m, sigma=0.5, size=50)))
+             for m in np.linspace(0.5, 4.0, 30)]
+    wires.append(LatencySketch(relative_accuracy=0.02, offset=99_999, bins=[5, 1], count=6,
+                               sum=1.0, min=0.0, max=1e9))  # clamped past the top
+    wires.append(LatencySketch(relative_accuracy=0.02, offset=-99_999, bins=[2], count=2,
+                               sum=0.5, min=0.0, max=0.1))  # clamped past the bottom
+    wires.append(LatencySketch(relative_accuracy=0.02, offset=0, bins=[], zero_count=4,
+                               count=4, sum=0.0, min=0.0, max=0.0))
+    one_by_one, at_once = SketchMerger(), SketchMerger()
+    for wire in wires:
+        one_by_one.add(wire)
+    at_once.add_many(wires[:10])
+    at_once.add_many(wires[10:])
+    at_once.add_many([])
+    assert np.array_equal(one_by_one._bins, at_once._bins)
+    assert (one_by_one.count, one_by_one.zero_count, one_by_one.sum, one_by_one.max) == (
+        at_once.count, at_once.zero_count, at_once.sum, at_once.max)
+
+
+def test_add_many_refuses_unlike_sketches_before_merging_any() -> None:
+    merger = SketchMerger(relative_accuracy=0.02)
+    like, other = new_sketch(0.02), new_sketch(0.01)
+    like.add(3.0)
+    other.add(3.0)
+    with pytest.raises(SketchMismatch, match=r"relative_accuracy 0\.01"):
+        merger.add_many([to_wire(like), to_wire(other)])
+    assert merger.count == 0 and not merger._bins.any()
