@@ -28,13 +28,40 @@ class SimClient(Protocol):
     """What the engine needs from a region's clients."""
 
     def decide(self, segment: str, value: float, available_extra: int, now: int,
-               request_id: str | None = None) -> Decision: ...
-    def offer(self, targets: ControlTargets, now: int) -> None: ...
+               request_id: str | None = None) -> Decision:
+        """One request's pool and extra candidates, before it is sent.
+
+        :param segment: the request's segment, what the router learns gains by.
+        :param value: its value signal; only the naive rule reads it (the real router ranks
+            segments by learned gain, not by the signal).
+        :param available_extra: extra candidates retrieval offers for it.
+        :param now: simulated time (ms).
+        :param request_id: the id a logged decision carries, for the label join.
+        """
+        ...
+
+    def offer(self, targets: ControlTargets, now: int) -> None:
+        """Targets as the broadcast delivers them, late or out of order as it may."""
+        ...
+
     def observe(self, state: ServerState | None, now: int, error: str | None = None,
-                model: Model = "baseline") -> None: ...
-    def settle(self, model: Model, extra: int, optional_shed: int, now: int) -> None: ...
-    def learn(self, segment: str, model: str, value: float) -> None: ...
-    def counters(self) -> dict[str, dict[str, int]]: ...
+                model: Model = "baseline") -> None:
+        """A worker's load signals on an answer (None with ``error``: no answer), which the
+        client-side shedding reacts to within a request."""
+        ...
+
+    def settle(self, model: Model, extra: int, optional_shed: int, now: int) -> None:
+        """What a sent request's extras turned into: the units a worker shed go back to the
+        client's budget, so a trimmed request does not spend budget it did not use."""
+        ...
+
+    def learn(self, segment: str, model: str, value: float) -> None:
+        """A joined label's value, for the router's per-segment gain (explore/exploit)."""
+        ...
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        """Counts by class and reason, sorted, for the run's summary."""
+        ...
 
 
 class SurplusClient:

@@ -42,12 +42,17 @@ class ControlPlane:
     name = "base"
 
     def feed(self, event: AnyEvent) -> list[ControlTargets]:
+        """One event from the log in publication order; the targets it caused (a notice can
+        cut them at once, without waiting for the period)."""
         return []
 
     def advance(self, now_ms: int) -> list[ControlTargets]:
+        """Simulated time reached ``now_ms`` with no event: the periods that closed meanwhile
+        still tick, as the live control plane's timer does."""
         return []
 
     def finish(self) -> list[ControlTargets]:
+        """The run ended: whatever the last, partial period publishes."""
         return []
 
 
@@ -96,9 +101,12 @@ class GridPlane(ControlPlane):
         return []
 
     def observe(self, event: AnyEvent) -> None:
+        """What a subclass learns from an event between ticks (nothing, for fixed targets)."""
         return None
 
     def advance(self, now_ms: int) -> list[ControlTargets]:
+        """One set of targets a region for every period boundary up to ``now_ms``, issued at
+        the boundary, so that fixed settings age and expire as live ones do."""
         out: list[ControlTargets] = []
         while self._next is not None and self._next <= now_ms:
             tick = self._next
@@ -113,6 +121,7 @@ class GridPlane(ControlPlane):
 
 
 def static_plane(config: ControlConfig, regions: list[str], fixed: StaticConfig) -> GridPlane:
+    """The same targets every period: one point of best-static's grid, or a team's setting."""
     rma = RmaTarget(extra_candidates=fixed.extra_candidates,
                     budget_units_per_s=fixed.budget_units_per_s)
     sbm = SbmTarget(coverage=fixed.coverage)
@@ -122,6 +131,8 @@ def static_plane(config: ControlConfig, regions: list[str], fixed: StaticConfig)
 
 
 def greedy_plane(config: ControlConfig, regions: list[str]) -> GridPlane:
+    """Every maximum, every period, with no budget: what the workers' and clients' fast
+    layers make of sending everything, the comparison an adaptive loop must beat."""
     rma = RmaTarget(extra_candidates=config.rma.max_extra_candidates,
                     budget_units_per_s=GREEDY_BUDGET)
     sbm = SbmTarget(coverage=config.sbm.max_coverage)

@@ -187,6 +187,9 @@ class Simulation:
     # -- the run -----------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
+        """Step the whole scenario, writing the event log and the timeline as it goes; the
+        summary, with the wall time under ``_wall_s`` for the caller to report and drop (a
+        summary must not differ between two runs of one seed)."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         meter = Progress(f"simulate {self.sc.name} [{self.controller}]", enabled=self.progress)

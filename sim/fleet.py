@@ -69,6 +69,8 @@ class RegionState:
 
 
 def cumulative(workers: list[SimWorker]) -> Pick:
+    """Cumulative throughput shares and the workers, for a draw weighted by throughput (what
+    a load balancer's weights do); empty when nothing can serve."""
     total = sum(w.rate_per_ms for w in workers)
     if total <= 0:
         return [], []

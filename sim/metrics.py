@@ -111,6 +111,8 @@ class RegionMetrics:
 
 
 def p99(values: list[float]) -> float:
+    """The exact 99th percentile of a window's latencies (0 for none): the simulator holds
+    every latency, so its verdicts carry no sketch error for the live ones to be judged by."""
     return float(np.quantile(np.asarray(values), 0.99)) if values else 0.0
 
 
@@ -136,6 +138,9 @@ class Metrics:
 
     def ranking_done(self, region: str, latency_ms: float, e2e_ms: float, timeout_ms: float,
                      optional_done: int, rma_value: float) -> None:
+        """A ranking answer. Past ``timeout_ms`` the caller had given up: it counts as a
+        rejected baseline request, and its optional work as worth nothing, however much was
+        done."""
         m = self.regions[region]
         w = m.window
         m.requests += 1
@@ -153,6 +158,8 @@ class Metrics:
 
     def powerful_done(self, region: str, e2e_ms: float, units: int, value: float,
                       rma_value: float) -> None:
+        """A powerful answer the client used; its latency is judged in
+        :meth:`powerful_answered`, which also sees the answers the client had given up on."""
         m = self.regions[region]
         w = m.window
         m.requests += 1
@@ -180,9 +187,13 @@ class Metrics:
             self.optional_done_before_notice += units
 
     def notice_applied(self, notice_ts_ms: int, applied_ms: float) -> None:
+        """A replica stopped optional work on a notice: from the notice's stamp, as the live
+        notice-to-shed figure is measured."""
         self.notice_to_shed_ms.append(applied_ms - notice_ts_ms)
 
     def notice_issued(self, ts_ms: int) -> None:
+        """A notice left the platform; the first one ends the optional work counted as done
+        before any reclaim."""
         self.notices += 1
         if self.first_notice_ms is None:
             self.first_notice_ms = ts_ms
@@ -195,6 +206,9 @@ class Metrics:
 
     def close_window(self, end_ms: int, region: str, *, extra_target: int, coverage: float,
                      opportunistic_replicas: int, shed_total: int) -> None:
+        """The SLA verdict of one window and its timeline row. A window is judged on every
+        baseline request whichever path served it (ranking answers against the SLA, powerful
+        ones against the deadline), and is not counted at all when it saw neither."""
         m = self.regions[region]
         w = m.window
         ranking_p99 = p99(w.ranking)
@@ -216,6 +230,8 @@ class Metrics:
         m.window = Window()
 
     def summary(self) -> dict[str, Any]:
+        """The run's ground truth over every region (what ``summary.json`` holds); what
+        the controllers believed is not in it, so a comparison judges them all alike."""
         regions = self.regions.values()
         e2e = [x for m in regions for x in m.e2e]
         return {

@@ -47,6 +47,8 @@ def simulate(scenario: str | Path, controller: str, out_dir: str | Path, *,
 
 def run_loaded(sc: Scenario, base: Path, controller: str, out: Path, *,
                progress: bool = False) -> dict[str, Any]:
+    """One controller over an already loaded scenario (a comparison loads it once), its
+    ``summary.json`` written to ``out``."""
     name = ALIASES.get(controller, controller)
     if name not in CONTROLLERS:
         raise ValueError(f"unknown controller {controller!r}; known: {', '.join(CONTROLLERS)}, "
