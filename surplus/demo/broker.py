@@ -3,6 +3,7 @@ topics, waited on until every partition has a serving leader."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from functools import partial
@@ -13,6 +14,16 @@ from schemas.kafka_config import KafkaSettings
 from surplus import localkafka
 from surplus.demo.options import DemoError, Interrupted
 from surplus.live.procs import wait_until
+
+
+def given(bootstrap: str | None, say: Callable[[str], None]) -> str | None:
+    """The cluster the run was given: ``bootstrap``, else ``KAFKA_BOOTSTRAP_SERVERS``, else
+    ``SURPLUS_KAFKA_BOOTSTRAP``; None when there is none (the run embeds a broker)."""
+    found = (bootstrap or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+             or os.environ.get("SURPLUS_KAFKA_BOOTSTRAP"))
+    if found:
+        say(f"kafka: using {found}")
+    return found or None
 
 
 def embedded(data_dir: Path, say: Callable[[str], None]) -> str:

@@ -7,13 +7,15 @@ so none outlives the run.
 
 from __future__ import annotations
 
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
-from surplus.demo.options import BACKGROUND, DemoError
-from surplus.live.procs import Child
+from surplus.demo.options import BACKGROUND, DemoError, Interrupted
+from surplus.live.procs import Child, wait_until
 
 #: Children that may end on their own, status 0, when their timeline is over (a moment
 #: before the run's).
@@ -64,6 +66,19 @@ class Children(dict[str, Child]):
             child = self[name]
             status = child.popen.poll() if child.popen else None
             raise DemoError(f"{name} exited with status {status}:\n{child.tail()}")
+
+    def wait_ready(self, name: str, port: int, timeout_s: float, stop: threading.Event) -> None:
+        """Wait for ``name``'s ``/readyz`` (a worker: model warm, Kafka read; the control
+        plane: partitions assigned, state read back, ticking); a child's death or ``stop``
+        ends the wait early. Raises Interrupted once ``stop`` is set, DemoError with the
+        log's tail when a child died or ``name`` was not ready in time."""
+        ok = wait_until(partial(ready, port), timeout_s, 0.5,
+                        stop=lambda: stop.is_set() or bool(self.dead()))
+        if stop.is_set():
+            raise Interrupted
+        self.check_alive()
+        if not ok:
+            raise DemoError(f"{name} not ready within {timeout_s:.0f}s:\n{self[name].tail()}")
 
     def stop_one(self, name: str, sig: int, timeout_s: float) -> None:
         """Stop ``name`` (if it was started) with ``sig``, killing it after ``timeout_s``;

@@ -9,6 +9,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from surplus import localkafka
 from surplus.demo import slices
 from surplus.live import plan
 
@@ -76,6 +77,14 @@ class Ports:
     scheduler: int
     loadgen: int
     workers: dict[str, int]
+
+    @classmethod
+    def free(cls, replicas: list[plan.Replica]) -> Ports:
+        """Free loopback ports for the run's listeners, picked together: picked one by one,
+        two were once the same (nothing binds a port until its process starts)."""
+        control, scheduler, loadgen, *workers = localkafka.free_ports(3 + len(replicas))
+        return cls(control=control, scheduler=scheduler, loadgen=loadgen,
+                   workers={r.worker_id: port for r, port in zip(replicas, workers, strict=True)})
 
 
 
