@@ -12,7 +12,7 @@ from schemas.kafka_config import KafkaSettings
 from schemas.signing import Keyring
 from surplus.chaos import history as h
 from surplus.chaos.nemesis import Nemesis, Recorder
-from surplus.chaos.schedule import Fault
+from surplus.chaos.schedule import KINDS, Fault
 
 
 class _Worker:
@@ -71,3 +71,11 @@ def test_fault_on_a_process_still_healing_is_not_injected() -> None:
     [record] = recorder.of(h.FaultRecord)
     assert isinstance(record, h.FaultRecord)
     assert not record.ok and "still healing" in record.detail
+
+
+def test_every_kind_the_schedule_draws_has_one_injector() -> None:
+    nemesis = _nemesis(_Fleet(), Recorder())
+    try:
+        assert set(nemesis._kinds) == set(KINDS)
+    finally:
+        nemesis.close()
