@@ -11,13 +11,13 @@ earlier one (a broker still starting) is recorded as not injected rather than pi
 recorder keeps every request, every targets message
 offered to the client, each worker's epoch (scraped every second), every notice, grant and
 forged message, and at the end reads the preemption and dead-letter topics and the control
-plane's join counts back; the history goes to ``history.jsonl`` and the checker
-(`surplus.chaos.check`) judges it.
+plane's join counts back (`surplus.chaos.readback`); the history, on the schedule's clock
+(`surplus.chaos.assembly`), goes to ``history.jsonl`` and the checker (`surplus.chaos.check`)
+judges it.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -33,35 +33,29 @@ from typing import Any
 
 import msgspec
 
-from schemas.clock import wall_ms
-from schemas.codec import decode
-from schemas.contract import (
-    DeadLetter,
-    LiftReport,
-    PreemptionNotice,
-)
 from schemas.kafka_config import KafkaSettings
 from schemas.signing import Keyring
-from streams.control.config import RmaConfig
 from surplus import localkafka
+from surplus.chaos import assembly, readback
 from surplus.chaos import history as h
-from surplus.chaos.check import Violation, check, counted_labels, summary
+from surplus.chaos.assembly import TTL_SLACK_MS
+from surplus.chaos.check import Violation, check, summary
 from surplus.chaos.config import ChaosConfig
-from surplus.chaos.nemesis import RESTART_TIMEOUT_S, ChaosError, Nemesis, Recorder, digest
+from surplus.chaos.nemesis import RESTART_TIMEOUT_S, ChaosError, Nemesis, Recorder
+from surplus.chaos.readback import LABELS_SETTLE_S
 from surplus.chaos.schedule import draw
 from surplus.fleet.fleet import Fleet
-from surplus.fleet.procs import REGION, TopicReader, WorkerProc, metric
+from surplus.fleet.procs import TopicReader, WorkerProc, metric
 from surplus.fleet.toxiproxy import Toxiproxy
 from surplus.topics import apply_topics
-from workers.policy.targets import LocalLimits
 
 BROKERS = 3
 PARTITIONS = 2
 KEY_ID = "chaos"
-#: Age past its TTL a target may have when used (`RunInfo.ttl_slack_ms`).
-TTL_SLACK_MS = 1000
-#: Seconds the end waits for the control plane's join to count every label delivered.
-LABELS_SETTLE_S = 60.0
+
+# The names other modules import from here (`surplus chaos`, the fault suite).
+__all__ = ["BROKERS", "KEY_ID", "LABELS_SETTLE_S", "PARTITIONS", "TTL_SLACK_MS", "Chaos",
+           "ChaosError", "Options", "Result", "report"]
 
 
 @dataclass
@@ -189,91 +183,16 @@ class Chaos:
 
     # -- the end ---------------------------------------------------------------------------------
 
-    def _read_all(self, topic: str, seconds: float = 5.0) -> list[bytes]:
-        assert self.kafka is not None
-        reader = TopicReader(self.kafka, topic)
-        try:
-            reader.poll(seconds)
-            return [m.value() for m in reader.messages if m.value()]
-        finally:
-            reader.close()
-
-    def _read_back(self) -> None:
-        ids = []
-        for value in self._read_all("preemption"):
-            with contextlib.suppress(Exception):
-                ids.append(decode(PreemptionNotice, value).notice_id)
-        self.rec.add(h.ReadBack(topic="preemption", ids=ids))
-        for value in self._read_all("deadletter"):
-            with contextlib.suppress(Exception):
-                letter = decode(DeadLetter, value)
-                self.rec.add(h.DeadLetterRecord(
-                    source_topic=letter.source_topic, reason=letter.reason,
-                    digest=digest(base64.b64decode(letter.value_b64))))
-
     def _labels(self, delivered: int, sent: int) -> None:
-        """Every LiftReport of the scope (followed through the run), read on until the join
-        has counted every label delivered (or ``LABELS_SETTLE_S`` passed)."""
-        assert self.est_reader is not None
-        estimates: list[h.Estimate] = []
-        deadline = time.monotonic() + LABELS_SETTLE_S
-        while time.monotonic() < deadline:
-            self.est_reader.poll(2.0)
-            estimates = []
-            for message in self.est_reader.messages:
-                with contextlib.suppress(Exception):
-                    report = decode(LiftReport, message.value())
-                    if report.scope == REGION:
-                        t = self.now() - (wall_ms() - report.ts_ms) / 1000.0
-                        estimates.append(h.Estimate(t=round(t, 3), ts_ms=report.ts_ms,
-                                                    epoch=report.epoch,
-                                                    join=dict(report.join)))
-            probe = h.History([h.RunInfo(seed=0, duration_s=1, sla_p99_ms=1, window_s=1,
-                                         ttl_ms=1, max_clock_skew_ms=0, ttl_slack_ms=0,
-                                         settle_s=0), *self.rec.of(h.FaultRecord),
-                               *estimates])
-            if sum(counted_labels(probe).values()) >= delivered:
-                break
-        for estimate in estimates:
-            self.rec.add(estimate)
-        assert self.fleet is not None
-        load = self.fleet.runner
-        ends = {s.request_id: s.end_t for s in load.samples}
-        times = sorted(round(ends[i], 3) for i in load.labelled if i in ends)
-        self.rec.add(h.LabelTotals(sent=sent, delivered=delivered, times=times))
+        assert self.est_reader is not None and self.fleet is not None
+        readback.labels(self.est_reader, self.rec, self.fleet.runner, self.now,
+                        delivered=delivered, sent=sent)
 
     def _history(self) -> list[h.Record]:
         assert self.fleet is not None
         load = self.fleet.runner
-        cfg = self.o.config
-        sla = cfg.sla_p99_ms if cfg.sla_p99_ms is not None else RmaConfig().sla_p99_ms
-        run = h.RunInfo(seed=self.o.seed, duration_s=self.o.duration_s, sla_p99_ms=sla,
-                        window_s=cfg.window_s, ttl_ms=int(cfg.ttl_s * 1000),
-                        max_clock_skew_ms=LocalLimits().max_clock_skew_ms,
-                        ttl_slack_ms=TTL_SLACK_MS,
-                        settle_s=cfg.settle_s, startup_s=cfg.schedule.warmup_s)
-        shift = self.t0
-        out: list[h.Record] = [run]
-        for s in load.samples:
-            if s.t < shift:
-                continue
-            out.append(msgspec.structs.replace(
-                s, t=round(s.t - shift, 4), end_t=round(s.end_t - shift, 4),
-                latency_ms=round(s.latency_ms, 2)))
-        out += [msgspec.structs.replace(o, t=round(o.t - shift, 4)) for o in load.offers]
-
-        def shifted(record: h.Record) -> h.Record:
-            changes = {name: round(getattr(record, name) - shift, 3)
-                       for name in ("t", "end_t", "deadline_t", "acked_t", "direct_t")
-                       if getattr(record, name, None) is not None}
-            if isinstance(record, h.LabelTotals):
-                changes["times"] = [round(x - shift, 3) for x in record.times]
-            return msgspec.structs.replace(record, **changes)
-
-        with self.rec.lock:
-            out += [shifted(r) if hasattr(r, "t") or isinstance(r, h.LabelTotals) else r
-                    for r in self.rec.records]
-        return out
+        run = assembly.run_info(self.o.seed, self.o.duration_s, self.o.config)
+        return assembly.history(run, load.samples, load.offers, self.rec, self.t0)
 
     # -- the run ---------------------------------------------------------------------------------
 
@@ -312,7 +231,8 @@ class Chaos:
             self._stop.set()
             if watcher is not None:
                 watcher.join(10)
-            self._read_back()
+            assert self.kafka is not None
+            readback.read_back(self.kafka, self.rec)
             self._labels(delivered=sent - dropped, sent=sent)
             records = self._history()
         finally:
