@@ -17,78 +17,51 @@ Targets arrive on a background thread (`TargetsFeed`) and are applied on the eve
 policy state is touched from one thread. So do the replicas, with ``membership`` on: each
 pool's live set (`workers.policy.membership`) comes from the replicas topic (`MembershipFeed`),
 and the fixed URLs serve only while it names no live replica of that pool.
+
+Its parts are modules of their own: the calls to the pools (`pool_calls.py`), the baseline one
+retried and hedged (`baseline_call.py`), what a request comes to (`result.py`), its decision
+record and label sampling (`decision_log.py`), the requests a label can still teach the router
+about (`served.py`), the Kafka side (`kafka_side.py`) and the summary (`summary.py`). Their
+public names are importable from here.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import msgspec
-from msgspec import UNSET
-
-from schemas import kafka_clients
 from schemas.clock import wall_ms
-from schemas.contract import (
-    SAMPLED_VERSION,
-    SUPPLY_VERSION,
-    ControlTargets,
-    OutcomeLabel,
-    ReplicaAnnouncement,
-    RoutingOutcome,
-)
+from schemas.contract import ControlTargets, OutcomeLabel, ReplicaAnnouncement
 from schemas.kafka_config import KafkaSettings
 from schemas.signing import REFUSALS, Keyring, KeySource
 from workers.api import Candidate, RankRequest, RankResponse
-from workers.client.config import ClientConfig, powerful_wait_ms
-from workers.client.decision import Decider, Decision, logged_propensity
+from workers.client.config import ClientConfig
+from workers.client.decision import Decider, Decision
+from workers.client.decision_log import decision_record, label_logged
 from workers.client.feed import MembershipFeed, Refuse, TargetsFeed
+from workers.client.kafka_side import KafkaSide
+from workers.client.pool_calls import PoolCalls
 from workers.client.records import RecordQueue
-from workers.client.transport import RETRY_ON_ANOTHER_REPLICA, CallFailed, Transport
-from workers.policy.baseline_retry import BaselineRetry
-from workers.policy.holdout import in_holdout
+from workers.client.result import (
+    VALUE_BOUND,
+    OutcomeValue,
+    RankingError,
+    RankResult,
+    bounded_value,
+    top_score_value,
+)
+from workers.client.served import LABEL_MEMORY, ServedRequests
+from workers.client.summary import client_summary
+from workers.client.transport import Transport
 from workers.policy.membership import Membership
 from workers.policy.routing import Model
 from workers.policy.sampling import decision_inclusion
 from workers.wire import FeatureValue, check_feature_rows
 
-OutcomeValue = Callable[[RankRequest, RankResponse], float]
-VALUE_BOUND = 1e6
-
-
-#: Served requests whose segment and model `label` still remembers (for local learning).
-LABEL_MEMORY = 100_000
-
-
-def top_score_value(request: RankRequest, response: RankResponse) -> float:
-    """A stand-in value: the request's value signal times its best score. It compares raw
-    scores of two different models, so it is no measure of what the powerful model adds; it
-    is not the default. A service with a real outcome signal (clicks, dwell, revenue) sends
-    it as a label (`label`), or passes its own `outcome_value` when known at response time."""
-    best = max(response.scores, default=0.0)
-    return request.value * best
-
-
-class RankingError(RuntimeError):
-    """The baseline pool could not serve a request (`reason` says why)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(f"baseline call failed: {reason}")
-        self.reason = reason
-
-
-class RankResult(msgspec.Struct, frozen=True):
-    """One served request: the worker's response and what the client decided and observed."""
-
-    response: RankResponse
-    decision: Decision
-    fell_back: str | None
-    value: float | None
-    latency_ms: float
+__all__ = ["LABEL_MEMORY", "VALUE_BOUND", "MembershipFeed", "OutcomeValue", "RankResult",
+           "RankingClient", "RankingError", "TargetsFeed", "top_score_value"]
 
 
 class RankingClient:
@@ -125,7 +98,6 @@ class RankingClient:
         self._outcome_value = outcome_value
         self._clock = clock
         self.membership: Membership | None = None
-        self._membership_feed: MembershipFeed | None = None
         if config.membership:
             self.membership = Membership(config.scope, config.membership_limits)
         pools: dict[Model, tuple[str, ...]] = {
@@ -135,13 +107,12 @@ class RankingClient:
         self.transport = Transport(pools, encoding=config.encoding,
                                    replica_down_s=config.replica_down_s,
                                    membership=self.membership, clock=clock)
-        self._retry = BaselineRetry(config.baseline_retry, config.baseline_timeout_ms)
-        self._feed: TargetsFeed | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._calls = PoolCalls(config, self.transport, self.decider, clock)
+        #: The feeds and the record queue (None: no Kafka, or not started).
+        self._kafka: KafkaSide | None = None
         #: Decision records and labels on their way to Kafka (None: no Kafka, or not started).
         self._records: RecordQueue | None = None
-        self._served: dict[str, tuple[str, Model]] = {}
-        self._flusher: asyncio.Task[None] | None = None
+        self._served = ServedRequests()
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -149,42 +120,19 @@ class RankingClient:
         """Open the HTTP pool, the outcome producer and the targets feed; wait (bounded by
         ``config.catch_up_timeout_s``) until the feed has read the targets topic to its end, so
         the first requests use targets. Without Kafka only the HTTP pool opens."""
-        self._loop = asyncio.get_running_loop()
         self.transport.open(self.config.max_connections)
         if self.kafka is None:
             return  # targets and membership, if any, come through apply_targets/_membership
-        producer = kafka_clients.producer(self.kafka, **{"client.id": "surplus-ranking-client"})
-        records = self._records = RecordQueue(self.config, self.kafka, producer,
-                                              self.decider.bump)
-        self._flusher = asyncio.create_task(records.flush_every())
-        self._feed = TargetsFeed(self.kafka, self.config.scope, self._from_feed,
-                                 records.dead_letter)
-        self._feed.start()
-        if self.membership is not None:
-            self._membership_feed = MembershipFeed(self.kafka, self.config.scope,
-                                                   self._from_membership_feed,
-                                                   records.dead_letter)
-            self._membership_feed.start()
-        if self.config.catch_up_timeout_s > 0:
-            for name, feed in (("feed", self._feed), ("membership", self._membership_feed)):
-                if feed is None:
-                    continue
-                caught_up = await asyncio.to_thread(feed.caught_up.wait,
-                                                    self.config.catch_up_timeout_s)
-                if not caught_up:
-                    self.decider.bump(name, "catch_up_timeout")
+        side = self._kafka = KafkaSide(self.config, self.kafka, self.decider.bump)
+        self._records = side.open_records()
+        await side.follow(self.apply_targets,
+                          None if self.membership is None else self.apply_membership)
 
     async def close(self) -> None:
         """Stop the feeds, close the HTTP pool, and send the decision records and labels still
         queued (waiting up to 5 s for the broker; what it did not take is counted)."""
-        if self._flusher is not None:
-            self._flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._flusher
-        if self._feed is not None:
-            await asyncio.to_thread(self._feed.stop)
-        if self._membership_feed is not None:
-            await asyncio.to_thread(self._membership_feed.stop)
+        if self._kafka is not None:
+            await self._kafka.stop()
         await self.transport.close()
         if self._records is not None:
             await self._records.close()
@@ -195,13 +143,6 @@ class RankingClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    def _from_feed(self, targets: ControlTargets, refuse: Refuse) -> None:
-        """Feed thread -> event loop: policy state is only touched on the loop."""
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):     # loop closing under us
-                loop.call_soon_threadsafe(self.apply_targets, targets, refuse)
 
     def apply_targets(self, targets: ControlTargets, refuse: Refuse | None = None) -> None:
         """Offer a targets message to the target state (also usable without Kafka).
@@ -215,14 +156,6 @@ class RankingClient:
         verdict = self.decider.offer(targets, self._clock())
         if refuse is not None and verdict.reason in REFUSALS:
             refuse(verdict.reason)
-
-    def _from_membership_feed(self, replica_id: str,
-                              announcement: ReplicaAnnouncement | None) -> None:
-        """Feed thread -> event loop, as for targets."""
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self.apply_membership, replica_id, announcement)
 
     def apply_membership(self, replica_id: str,
                          announcement: ReplicaAnnouncement | None) -> None:
@@ -291,112 +224,12 @@ class RankingClient:
         fell_back = None
         response: RankResponse | None = None
         if decision.model == "powerful":
-            # The powerful replica is told the share of the deadline this call may use, so it
-            # trims or refuses what it could not finish before the client gives up on it.
-            budget_ms = powerful_wait_ms(deadline, self.config.powerful_deadline_share)
-            try:
-                response = await self._call(
-                    "powerful", msgspec.structs.replace(request, deadline_ms=budget_ms),
-                    budget_ms / 1000.0, features)
-            except CallFailed as failed:
-                fell_back = failed.reason
-                self.decider.bump("fallback", failed.reason)
-                self.decider.bump("rma_shed", "fallback", decision.extra)
+            response, fell_back = await self._calls.powerful(request, deadline, decision.extra,
+                                                             features)
         if response is None:
-            response = await self._baseline(request, started, fell_back is not None, features)
+            response = await self._calls.baseline(request, started, fell_back is not None,
+                                                  features)
         return self._finish(request, response, decision, fell_back, started, offered)
-
-    async def _baseline(self, request: RankRequest, started: float, fallback: bool,
-                        features: Mapping[str, FeatureValue] | None = None) -> RankResponse:
-        """Baseline pool: the call that must succeed. After a fallback, only baseline work is
-        sent, with what is left of the deadline. A replica that is gone
-        (`RETRY_ON_ANOTHER_REPLICA`) costs a retry on another one; one that has not answered
-        after a share of the deadline (frozen, hung) is hedged on another
-        (`workers.policy.baseline_retry`), and the first answer serves the request."""
-        if fallback:
-            left_ms = request.deadline_ms - (time.perf_counter() - started) * 1000.0
-            request = msgspec.structs.replace(
-                request, candidates=request.candidates[:request.base_count],
-                deadline_ms=max(left_ms, 1.0))
-        retry = self._retry
-        retry.request()
-        begun = time.perf_counter()
-        deadline_ms = request.deadline_ms
-        replicas = max(1, len(self.transport.pool_urls("baseline")))
-        hung_s = self.config.baseline_timeout_ms / 1000.0
-        tried: list[str] = []
-        #: Calls in flight: the replica each went to and when it started.
-        flights: dict[asyncio.Task[RankResponse], tuple[str | None, float]] = {}
-        hedge_at: float | None = None
-        failed: CallFailed | None = None
-
-        def send() -> None:
-            nonlocal hedge_at
-            now = time.perf_counter()
-            left_ms = deadline_ms - (now - begun) * 1000.0
-            sent = request if not tried else msgspec.structs.replace(
-                request, deadline_ms=max(left_ms, 1.0))
-            url = self.transport.pick("baseline", tried)
-            if url is not None:
-                tried.append(url)
-            flights[asyncio.ensure_future(
-                self._call("baseline", sent, hung_s, features, url))] = (url, now)
-            wait_ms = retry.hedge_after_ms(left_ms, replicas - len(tried))
-            hedge_at = None if wait_ms is None else now + wait_ms / 1000.0
-
-        send()
-        try:
-            while flights:
-                timeout = (None if hedge_at is None
-                           else max(0.0, hedge_at - time.perf_counter()))
-                done, _ = await asyncio.wait(flights, timeout=timeout,
-                                             return_when=asyncio.FIRST_COMPLETED)
-                if not done:     # slow: hedge it on another replica, budget allowing
-                    hedge_at = None
-                    if retry.take_hedge():
-                        self.decider.bump("baseline_hedge", "slow")
-                        send()
-                    continue
-                for task in done:
-                    _, at = flights.pop(task)
-                    try:
-                        response = task.result()
-                    except CallFailed as exc:
-                        failed = exc
-                        if exc.reason in RETRY_ON_ANOTHER_REPLICA and len(tried) < replicas:
-                            # Scoring has no side effects: a replica that died (or is
-                            # draining) with the request in flight costs a retry on the
-                            # next one, not the request.
-                            self.decider.bump("baseline_retry", exc.reason)
-                            send()
-                        continue
-                    answered_ms = (time.perf_counter() - at) * 1000.0
-                    for slow, slow_at in flights.values():    # a hedge won: skip the slow
-                        if slow is not None:
-                            self.transport.mark_down(
-                                slow, retry.skip_s((at - slow_at) * 1000.0, answered_ms))
-                    return response
-        finally:
-            for task in flights:
-                task.cancel()
-            if flights:
-                await asyncio.gather(*flights, return_exceptions=True)
-        assert failed is not None
-        self.decider.bump("baseline_failed", failed.reason)
-        raise RankingError(failed.reason) from None
-
-    async def _call(self, model: Model, request: RankRequest, timeout_s: float,
-                    features: Mapping[str, FeatureValue] | None = None,
-                    url: str | None = None) -> RankResponse:
-        """One call to a replica of a pool (`url`; None: the next in turn); what came of it
-        feeds client-side shedding."""
-        try:
-            response = await self.transport.call(model, request, timeout_s, features, url)
-        except CallFailed as failed:
-            self.decider.observe(None, self._clock(), error=failed.reason, model=model)
-            raise
-        self.decider.observe(response.server, self._clock(), model=model)
-        return response
 
     def _finish(self, request: RankRequest, response: RankResponse, decision: Decision,
                 fell_back: str | None, started: float, offered: int) -> RankResult:
@@ -410,14 +243,10 @@ class RankingClient:
                          response.optional_shed)
         value: float | None = None
         if self._outcome_value is not None:
-            value = min(max(float(self._outcome_value(request, response)), -VALUE_BOUND),
-                        VALUE_BOUND)
+            value = bounded_value(self._outcome_value(request, response))
             decider.router.observe(request.segment, response.model, value)
         else:
-            served = self._served
-            if len(served) >= LABEL_MEMORY:
-                del served[next(iter(served))]
-            served[request.request_id] = (request.segment, response.model)
+            self._served.remember(request.request_id, request.segment, response.model)
         self._publish(request, response, decision, fell_back, value, offered)
         return RankResult(response=response, decision=decision, fell_back=fell_back,
                           value=value, latency_ms=(time.perf_counter() - started) * 1000.0)
@@ -426,7 +255,7 @@ class RankingClient:
 
     def _publish(self, request: RankRequest, response: RankResponse, decision: Decision,
                  fell_back: str | None, value: float | None, offered: int) -> None:
-        """Queue the request's decision record (`RecordQueue.decision`)."""
+        """Queue the request's decision record (`decision_log`), if it is sampled."""
         if self._records is None or not self.config.publish_outcomes:
             return
         inclusion = decision_inclusion(request.request_id, self.config.decision_sample,
@@ -434,17 +263,9 @@ class RankingClient:
         if inclusion is None:
             self.decider.bump("outcomes", "unsampled")
             return
-        model = response.model
-        propensity = logged_propensity(decision.model, decision.propensity, model)
-        sampled = inclusion < 1.0
-        self._records.decision(RoutingOutcome(
-            v=SAMPLED_VERSION if sampled else SUPPLY_VERSION, ts_ms=self._clock(),
-            scope=self.config.scope, request_id=request.request_id,
-            segment=request.segment, model=model, value=value,
-            explored=decision.explored and fell_back is None,
-            extra=response.optional_scored if fell_back is None else 0,
-            propensity=propensity, holdout=decision.holdout, available=offered,
-            inclusion=inclusion if sampled else UNSET))
+        self._records.decision(decision_record(self.config, request, response, decision,
+                                               fell_back, value, offered, inclusion,
+                                               self._clock()))
 
     def flush_decisions(self) -> None:
         """Send the decision records queued so far as one outcomes message, and the labels
@@ -461,15 +282,13 @@ class RankingClient:
         :param request_id: the served request's id (``result.response.request_id``).
         :param value: its outcome, clamped to +-1e6.
         """
-        value = min(max(float(value), -VALUE_BOUND), VALUE_BOUND)
-        served = self._served.pop(request_id, None)
+        value = bounded_value(value)
+        served = self._served.pop(request_id)
         if served is not None:
             self.decider.router.observe(served[0], served[1], value)
         if self._records is None or not self.config.publish_outcomes:
             return
-        rate = self.config.decision_sample
-        if rate < 1.0 and decision_inclusion(
-                request_id, rate, in_holdout(request_id, self.config.holdout_fraction)) is None:
+        if not label_logged(self.config, request_id):
             self.decider.bump("labels", "unsampled")   # its decision was never logged
             return
         self._records.label(OutcomeLabel(ts_ms=self._clock(), scope=self.config.scope,
@@ -478,25 +297,9 @@ class RankingClient:
     # ---- reporting ---------------------------------------------------------------------------
 
     def summary(self) -> dict[str, Any]:
-        """Counters by class and reason, for the demo's summary.json."""
-        now = self._clock()
-        eff = self.decider.targets.current(now)
-        return {
-            "scope": self.config.scope,
-            "decisions": {cls: dict(reasons) for cls, reasons in self.decider.counters.items()},
-            "targets": dict(self.decider.targets.counters),
-            "client_shed": self.decider.shed_counters(),
-            "feed": {} if self._feed is None else dict(self._feed.counters),
-            "feed_failed": None if self._feed is None else self._feed.failed,
-            "membership": None if self.membership is None else {
-                "offers": dict(self.membership.counters),
-                "feed": ({} if self._membership_feed is None
-                         else dict(self._membership_feed.counters)),
-                "routable": {m: len(self.membership.routable(m, now))
-                             for m in ("baseline", "powerful")}},
-            "effective": {"epoch": eff.epoch, "baseline_only": eff.baseline_only,
-                          "reason": eff.reason, "coverage": eff.coverage,
-                          "extra_candidates": eff.extra_candidates},
-            "allowance": {model: shedder.allowance(now)
-                          for model, shedder in self.decider.shedders.items()},
-        }
+        """Counters by class and reason, for the demo's summary.json (`client_summary`)."""
+        side = self._kafka
+        return client_summary(self.config, self.decider, self._clock(),
+                              feed=None if side is None else side.feed,
+                              membership=self.membership,
+                              membership_feed=None if side is None else side.membership_feed)
