@@ -9,6 +9,10 @@ do it, the client falls back to the baseline replicas provisioned for all traffi
 This object is shared by the HTTP handlers (event loop thread), the inference thread and the
 Kafka threads. Admission is guarded by the batcher's lock and the target state by its own, so a
 preemption notice can stop optional work from the Kafka thread without waiting for the loop.
+
+Its parts are modules of their own: the two ways a request is served (``serving``), the model
+it serves with (``served_model``), the notices it makes and checks (``notices``) and the errors
+a request can meet (``errors``). Their public names are importable from here too.
 """
 
 from __future__ import annotations
@@ -17,62 +21,28 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, Protocol
-
-import numpy as np
+from typing import Any, Protocol
 
 from schemas.clock import wall_ms, wall_ms_fine
 from schemas.contract import ControlTargets, PreemptionNotice, WindowReport
 from workers.api import RankResponse, ServerState
 from workers.features import Rows
-from workers.policy.admission import Admission, shed_priority
+from workers.policy.admission import Admission
 from workers.policy.replica import NoticeOutcome, ReplicaPolicy
 from workers.policy.targets import EffectiveTargets, TargetState, TargetVerdict
-from workers.runtime.batching import (
-    Batcher,
-    BatcherStopped,
-    BatchReport,
-    Job,
-    Scorer,
-    Shed,
-    monotonic_ms,
-)
+from workers.runtime.batching import Batcher, BatchReport, Job, monotonic_ms
 from workers.runtime.config import WorkerConfig
+from workers.runtime.errors import ModelFailure, NotReady, OptionalShed, RequestError
 from workers.runtime.keywatch import watch as watch_keys
 from workers.runtime.metrics import Snapshot, WorkerMetrics
-from workers.runtime.models import load_model
+from workers.runtime.notices import NoticePath, notice_refusal, shutdown_notice
+from workers.runtime.served_model import NotLoaded, ServedModel, device_type, load_served
+from workers.runtime.serving import Serving
 from workers.runtime.telemetry import Identity, LoadTotals, TelemetryWindow
 from workers.wire import RequestBody, ShapeMismatch, model_rows
 
-#: How a preemption notice reached the worker.
-NoticePath = Literal["kafka", "http"]
-
-
-class RequestError(ValueError):
-    """The request cannot be scored as sent (HTTP 422); the message names the field."""
-
-
-class NotReady(RuntimeError):
-    """The worker cannot serve right now: model still loading, or shutting down (HTTP 503)."""
-
-
-class OptionalShed(RuntimeError):
-    """A whole-request optional unit (SBM) was not done (HTTP 503, so the client falls back)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(f"optional request shed: {reason}")
-        self.reason = reason
-
-
-class ModelFailure(RuntimeError):
-    """The model raised on this request's batch (HTTP 500); the worker keeps serving."""
-
-
-class ServedModel(Scorer, Protocol):
-    """What the worker serves with: ``LoadedModel`` (torch in process) or ``OipModel`` (a
-    model server over the Open Inference Protocol); ``source`` says which, in readiness."""
-
-    source: str
+__all__ = ["DeadLetters", "KafkaLink", "ModelFailure", "NotReady", "NoticePath", "OptionalShed",
+           "RequestError", "ServedModel", "Worker"]
 
 
 class DeadLetters(Protocol):
@@ -106,7 +76,7 @@ class Worker:
         self.admission: Admission[Job] = Admission(
             config.admission, whole_requests=config.whole_request_optional,
             batch_wait_ms=config.batching.max_wait_ms)
-        self.batcher = Batcher(_NotLoaded(), self.admission, config.batching,
+        self.batcher = Batcher(NotLoaded(), self.admission, config.batching,
                                on_batch=self._on_batch, clock_ms=monotonic_ms)
         #: The keyring targets and notices must verify against (None: signatures off).
         self.keys = config.keys()
@@ -133,24 +103,17 @@ class Worker:
         self.drain_listeners: list[Callable[[], None]] = []
         #: The URL this replica serves at, once its port is bound (``server.serve``).
         self.endpoint: str | None = None
+        self._serving = Serving(config.model.name, self.policy, self.batcher, self.window,
+                                self.metrics, self._targets_lock, self.server_state)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self, model: ServedModel | None = None) -> None:
         """Load the model, or connect to the model server and check it (off the event loop),
         then start the inference thread; ``ModelLoadError`` says why it cannot serve."""
-        spec = self.config.model
-        loaded: ServedModel
-        if model is not None:
-            loaded = model
-        elif spec.backend == "oip":
-            from workers.runtime.oip import connect
-
-            loaded = await asyncio.to_thread(connect, spec)
-        else:
-            loaded = await asyncio.to_thread(load_model, spec)
+        loaded = model if model is not None else await load_served(self.config.model)
         self.admission.calibrate(getattr(loaded, "calibration", ()))
-        self.batcher.size_for(_device_type(loaded))
+        self.batcher.size_for(device_type(loaded))
         self.batcher.scorer = loaded
         self.model = loaded
         self.batcher.start()
@@ -164,14 +127,8 @@ class Worker:
         to drop this replica's share. Baseline work in flight carries on (``stop``)."""
         self.stopping = True
         now = self.clock_ms()
-        cfg = self.config
-        notice = PreemptionNotice(
-            notice_id=self.policy.shutdown_notice_id(now), ts_ms=now, region=cfg.region,
-            pool_id=cfg.pool, replicas=[cfg.worker_id],
-            deadline_ms=now + int(cfg.shutdown_grace_s * 1000), accelerator=cfg.accelerator,
-            accelerator_units=cfg.accelerator_units)
-        if self.keys is not None:
-            notice = self.keys.sign(notice)
+        notice = shutdown_notice(self.config, self.policy.shutdown_notice_id(now), now,
+                                 self.keys)
         self._stop_optional(notice)  # not a reclaim reaction: kept out of its metrics
         self._drain_changed()
         return notice
@@ -214,111 +171,10 @@ class Worker:
         self.in_flight += 1
         try:
             if self.config.whole_request_optional:
-                return await self._serve_whole(req, rows, effective, started)
-            return await self._serve_split(req, rows, effective, started)
+                return await self._serving.whole(req, rows, effective, started)
+            return await self._serving.split(req, rows, effective, started)
         finally:
             self.in_flight -= 1
-
-    async def _serve_whole(self, req: RequestBody, rows: Rows, effective: EffectiveTargets,
-                           started: float) -> RankResponse:
-        """SBM: the request is one unit of optional work, its base candidates done or not at
-        all; its extra candidates are trimmed to what fits (`Admission.fit_whole`).
-
-        Not doing it raises :class:`OptionalShed` (HTTP 503), never a 200 without the baseline
-        candidates' scores, so the client always falls back to the baseline pool.
-        """
-        n = rows.count
-        reason = self.policy.whole_refusal(effective)
-        if reason is not None:
-            self.batcher.count_shed(reason, n)
-            self.window.record(0.0, False, n, 0)
-            raise OptionalShed(reason)
-        base_n = min(req.base_count, n)
-        allowance = self.policy.allow_whole_extra(effective, n - base_n)
-        if allowance.refused is not None:
-            self.batcher.count_shed(allowance.refused, n - base_n - allowance.allowed)
-        kept = base_n + self.batcher.fit_whole(base_n, allowance.allowed)
-        if kept < n:
-            rows = rows.take(0, kept)
-        try:
-            scores = await self.batcher.submit_optional(rows, shed_priority(
-                req.value, req.gain), req.deadline_ms)
-        except Shed as shed:
-            self.window.record((time.perf_counter() - started) * 1000.0, False, n, 0)
-            raise OptionalShed(shed.reason) from None
-        except BatcherStopped as exc:
-            raise NotReady(str(exc)) from None
-        except RuntimeError as exc:
-            self.batcher.count_shed("model_failure", n)
-            self.window.record_rejected(False)
-            raise ModelFailure(str(exc)) from None
-        elapsed = time.perf_counter() - started
-        self.metrics.latency.labels("optional").observe(elapsed)
-        self.window.record_whole(elapsed * 1000.0, base_n, kept)
-        self.metrics.requests.labels("ok").inc()
-        return RankResponse(
-            request_id=req.request_id, model=self.config.model.name, scores=scores.tolist(),
-            scored=kept, optional_scored=kept - base_n, optional_shed=n - kept,
-            shed_reason="overload" if kept < n else None, server=self.server_state())
-
-    async def _serve_split(self, req: RequestBody, rows: Rows, effective: EffectiveTargets,
-                           started: float) -> RankResponse:
-        """RMA: baseline candidates always scored; extra candidates only as allowed."""
-        base_n = req.base_count
-        extra_n = rows.count - base_n
-        with self._targets_lock:
-            allowance = self.policy.allow_extra(effective, extra_n)
-        if allowance.new_budget is not None:
-            self.batcher.set_budget(allowance.new_budget)
-        allowed, refusal = allowance.allowed, allowance.refused
-        try:
-            base_fut = self.batcher.submit_baseline(rows.take(0, base_n)) if base_n else None
-            fitted = self.batcher.fit_optional(allowed)
-            trimmed, allowed = allowed - fitted, fitted
-            opt_fut = (self.batcher.submit_optional(rows.take(base_n, base_n + allowed),
-                                                    shed_priority(req.value, req.gain),
-                                                    req.deadline_ms)
-                       if allowed else None)
-        except BatcherStopped as exc:
-            self.window.record_rejected(base_n > 0)
-            raise NotReady(str(exc)) from None
-        if extra_n > allowed + trimmed and refusal is not None:
-            self.batcher.count_shed(refusal, extra_n - allowed - trimmed)
-        if trimmed:  # the extras that did not fit under the delay bound (counted already)
-            refusal = "overload"
-        scores: list[float] = []
-        try:
-            if base_fut is not None:
-                scores += (await base_fut).tolist()
-                self.metrics.latency.labels("baseline").observe(time.perf_counter() - started)
-        except asyncio.CancelledError:  # the caller went away; the rows are still scored
-            _discard(opt_fut)
-            raise
-        except RuntimeError as exc:
-            _discard(opt_fut)
-            self.window.record_rejected(True)
-            self.metrics.requests.labels("model_failure").inc()
-            raise ModelFailure(str(exc)) from None
-        optional_done, shed_reason = 0, refusal
-        if opt_fut is not None:
-            try:
-                scores += (await opt_fut).tolist()
-                optional_done = allowed
-                self.metrics.latency.labels("optional").observe(time.perf_counter() - started)
-            except Shed as shed:
-                shed_reason = shed.reason
-            except RuntimeError:
-                shed_reason = "model_failure"
-                self.batcher.count_shed(shed_reason, allowed)
-        self.window.record((time.perf_counter() - started) * 1000.0, base_n > 0, rows.count,
-                           optional_done)
-        self.metrics.requests.labels("ok").inc()
-        return RankResponse(
-            request_id=req.request_id, model=self.config.model.name, scores=scores,
-            scored=len(scores), optional_scored=optional_done,
-            optional_shed=extra_n - optional_done,
-            shed_reason=shed_reason if optional_done < extra_n else None,
-            server=self.server_state())
 
     def _rows(self, req: RequestBody) -> Rows:
         """The request's rows as the model's spec takes them (`workers.wire.model_rows`);
@@ -362,15 +218,8 @@ class Worker:
         forged one could stop it on every replica at once. By ``POST /v1/preempt`` the
         request's own headers must sign its body within ``notice_request_window_s`` (a
         recorded request replayed later is refused) and the notice its issuer's signature."""
-        if self.keys is None:
-            return None
-        refusal = None
-        if path == "http":
-            refusal = self.keys.ring.check_request(
-                headers or {}, body, self.clock_ms(),
-                int(self.config.notice_request_window_s * 1000))
-        if refusal is None:
-            refusal = self.keys.check(notice)
+        refusal = notice_refusal(self.keys, notice, path, headers, body, self.clock_ms,
+                                 int(self.config.notice_request_window_s * 1000))
         if refusal is not None:
             self.metrics.notices.labels(path, refusal).inc()
         return refusal
@@ -439,27 +288,3 @@ class Worker:
         for optional, wait_ms in report.queue_wait_ms:
             m.queue_wait.labels("optional" if optional else "baseline").observe(
                 max(0.0, wait_ms) / 1000.0)
-
-
-class _NotLoaded:
-    def score(self, *inputs: np.ndarray) -> np.ndarray:
-        raise RuntimeError("no model loaded")
-
-
-def _discard(fut: asyncio.Future[Any] | None) -> None:
-    """Stop caring about a future without leaving an unretrieved exception behind."""
-    if fut is None:
-        return
-    if fut.done():
-        if not fut.cancelled():
-            fut.exception()
-    else:
-        fut.cancel()
-
-
-def _device_type(model: ServedModel) -> str:
-    """Where the model scores, as `batching.batch_rows` sizes passes for it: a model in this
-    process names its device (``cpu``, ``cuda``); a model server's is its own, and the batch it
-    is sent keeps the CPU's cap unless the config sets one."""
-    device = getattr(model, "device", None)
-    return str(getattr(device, "type", "cpu"))

@@ -1,0 +1,45 @@
+"""What a worker serves with: a model in this process (torch, ``LoadedModel``) or a model server
+over the Open Inference Protocol (``OipModel``), loaded off the event loop; and a stand-in that
+refuses to score until one is, so the batcher exists (and admission with it) from the start."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+import numpy as np
+
+from workers.runtime.batching import Scorer
+from workers.runtime.models import ModelSpec, load_model
+
+
+class ServedModel(Scorer, Protocol):
+    """What the worker serves with: ``LoadedModel`` (torch in process) or ``OipModel`` (a
+    model server over the Open Inference Protocol); ``source`` says which, in readiness."""
+
+    source: str
+
+
+class NotLoaded:
+    """The batcher's scorer until the model is loaded."""
+
+    def score(self, *inputs: np.ndarray) -> np.ndarray:
+        raise RuntimeError("no model loaded")
+
+
+async def load_served(spec: ModelSpec) -> ServedModel:
+    """Load the model, or connect to the model server and check it, off the event loop;
+    ``ModelLoadError`` says why it cannot serve."""
+    if spec.backend == "oip":
+        from workers.runtime.oip import connect
+
+        return await asyncio.to_thread(connect, spec)
+    return await asyncio.to_thread(load_model, spec)
+
+
+def device_type(model: ServedModel) -> str:
+    """Where the model scores, as `batching.batch_rows` sizes passes for it: a model in this
+    process names its device (``cpu``, ``cuda``); a model server's is its own, and the batch it
+    is sent keeps the CPU's cap unless the config sets one."""
+    device = getattr(model, "device", None)
+    return str(getattr(device, "type", "cpu"))
