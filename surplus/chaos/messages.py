@@ -41,11 +41,13 @@ class Messages:
         reorder and forge from.
     :param seed: the run's seed (notice ids, each fault's own random draws).
     :param hold: waits out a fault's hold (shorter when the run stops).
+    :param lend_again: starts a replica's new life after a storm reclaimed it and its pool
+        was granted again; says what it did.
     """
 
     def __init__(self, fleet: Fleet, recorder: Recorder, keyring: Keyring, *,
                  kafka: KafkaSettings, targets: TopicReader, seed: int,
-                 hold: Callable[[Fault], None]) -> None:
+                 hold: Callable[[Fault], None], lend_again: Callable[[str], str]) -> None:
         self.fleet = fleet
         self.rec = recorder
         self.keyring = keyring
@@ -53,6 +55,7 @@ class Messages:
         self.reader = targets
         self.seed = seed
         self._hold = hold
+        self._lend_again = lend_again
         self._sent_notices: list[bytes] = []
 
     def now(self) -> float:
@@ -138,7 +141,9 @@ class Messages:
         self._grant(RMA_POOL)
         acked = sum(r.acked for r in records)
         direct = sum(r.direct_t is not None for r in records)
-        return f"{len(records)} notices ({acked} acked, {direct} straight to p1), re-granted"
+        again = self._lend_again("p1") if any(r.reclaims_replica for r in records) else ""
+        return (f"{len(records)} notices ({acked} acked, {direct} straight to p1), "
+                f"re-granted{again}")
 
     def _genuine_targets(self) -> list[bytes]:
         return [m.value() for m in list(self.reader.messages) if m.value()]

@@ -78,7 +78,7 @@ class Nemesis:
                                        hold=self._hold)
         self.network = NetworkFaults(proxies, self._hold)
         self.messages = Messages(fleet, recorder, keyring, kafka=kafka, targets=targets,
-                                 seed=seed, hold=self._hold)
+                                 seed=seed, hold=self._hold, lend_again=self._lend_again)
         #: Each kind of fault (`surplus.chaos.schedule.KINDS`) by who injects and heals it.
         self._kinds: dict[str, Callable[[Fault], str]] = {
             "broker_kill": self.processes.broker_kill,
@@ -141,6 +141,21 @@ class Nemesis:
         t, end_t = t - self.t0, end_t - self.t0
         self.say(f"  {t:7.1f}s {fault.kind:<13} {fault.target:<5} {fault.param:<22} "
                  f"healed {end_t:7.1f}s{mark} {detail[:80]}")
+
+    def _lend_again(self, name: str) -> str:
+        """A replica lent again after a reclaim is a new life, as the platform would give: a
+        replica does no optional work past a reclaim's deadline (`workers.policy.replica`).
+        Restarted after the grant, unless a fault of its own holds it (then it stays
+        reclaimed, serving baseline only)."""
+        lock = self._lock(f"worker:{name}")
+        if not lock.acquire(blocking=False):
+            return f"; {name} held by another fault, not restarted"
+        try:
+            self.fleet.workers[name].kill()
+            self.processes.restart(name)
+        finally:
+            lock.release()
+        return f"; {name} restarted"
 
     def _hold(self, fault: Fault) -> None:
         self._stop.wait(fault.hold_s)

@@ -86,7 +86,9 @@ class ProcessFaults:
         self._spawner.submit(lambda: fleet.control_plane(name)).result()
         return f"{name} started"
 
-    def _restart(self, name: str, env: dict[str, str] | None = None) -> WorkerProc:
+    def restart(self, name: str, env: dict[str, str] | None = None) -> WorkerProc:
+        """A new process for worker ``name`` (the old one stopped or killed), started on the
+        spawner thread and pointed at by its proxy once ready."""
         fleet = self.fleet
         worker = self._spawner.submit(
             lambda: fleet.restart_worker(name, env=env, timeout_s=RESTART_TIMEOUT_S)).result()
@@ -96,7 +98,7 @@ class ProcessFaults:
     def worker_kill(self, fault: Fault) -> str:
         self.fleet.workers[fault.target].kill()
         self._hold(fault)
-        self._restart(fault.target)
+        self.restart(fault.target)
         return ""
 
     def worker_freeze(self, fault: Fault) -> str:
@@ -109,7 +111,7 @@ class ProcessFaults:
         return ""
 
     def clock_jump(self, fault: Fault) -> str:
-        self._restart(fault.target, env={OFFSET_ENV: fault.param})
+        self.restart(fault.target, env={OFFSET_ENV: fault.param})
         self._hold(fault)
-        self._restart(fault.target, env={OFFSET_ENV: "0"})
+        self.restart(fault.target, env={OFFSET_ENV: "0"})
         return "restarted with its clock off, then set right"

@@ -112,6 +112,18 @@ async def test_newer_targets_after_preemption_resume_optional_work(running: Runn
     assert (await post(client, body(2, 2)))[1]["optional_scored"] == 2
 
 
+async def test_past_its_reclaim_deadline_newer_targets_do_not_resume_optional_work(
+        running: Running) -> None:
+    worker, client = running
+    worker.offer_targets(targets(epoch=1, issued_at_ms=wall_ms() - 1000))
+    zero_notice = notice(worker.config.pool, replicas=["w1"], deadline_in_ms=0)
+    assert worker.on_preemption(zero_notice) == "applied"
+    assert worker.offer_targets(targets(epoch=2, issued_at_ms=wall_ms() + 5)).accepted
+    _, raw = await post(client, body(2, 2))
+    assert raw["optional_scored"] == 0 and raw["shed_reason"] == "preemption"
+    assert raw["server"]["preempted"] is True and worker.draining
+
+
 async def test_notices_for_other_pools_or_replicas_change_nothing(running: Running) -> None:
     worker, client = running
     worker.offer_targets(targets(epoch=1))

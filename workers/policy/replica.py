@@ -5,9 +5,14 @@ A replica holds the targets of its scope (:class:`TargetState`), a share of the 
 optional-work budget, and the ids of the preemption notices it already acted on. From those it
 decides, per request, how many extra candidates it may queue and why the rest are shed; per
 targets message, whether optional work resumes; and per notice, whether the notice is for it
-and still to act on. What it decides is applied by the caller to its admission queues (the
-live worker's batcher, or the simulator's admission directly): this class holds no queue,
-reads no clock and takes every time as an argument.
+and still to act on. A reclaim that reached it ends its optional work at the notice's deadline
+for good (this incarnation): targets are scope-wide and cannot say this replica's capacity is
+lent again, and a replica lent again is a new life (the capacity agent never grants after its
+own notice; `surplus demo` restarts a replica lent again at its deadline). Before the
+deadline, newer targets issued after the notice may still resume it. What it decides is
+applied by the caller to its admission queues (the live worker's batcher, or the simulator's
+admission directly): this class holds no queue, reads no clock and takes every time as an
+argument.
 """
 
 from __future__ import annotations
@@ -17,7 +22,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from schemas.contract import ControlTargets, PreemptionNotice, ShedReason
-from workers.policy.targets import EffectiveTargets, LocalLimits, TargetState, TargetVerdict
+from workers.policy.targets import (
+    EffectiveTargets,
+    LocalLimits,
+    TargetState,
+    TargetVerdict,
+    baseline_only,
+)
 
 NoticeOutcome = Literal["applied", "not_mine", "stale", "duplicate"]
 #: Notice ids a replica gives the notice it publishes for itself on SIGTERM.
@@ -74,11 +85,22 @@ class ReplicaPolicy:
         self._budget: float | None = None
         self._notice_memory = notice_memory
         self._notices_seen: dict[str, None] = {}  # insertion-ordered, bounded
+        #: The earliest deadline of a reclaim this replica applied (None: none yet): from it
+        #: on, this incarnation does no optional work, whatever targets say.
+        self._reclaimed_at_ms: int | None = None
 
     # -- requests ----------------------------------------------------------------------------
 
     def current(self, now_ms: int) -> EffectiveTargets:
+        """What may be done at ``now_ms``: the targets held (`TargetState.current`), or
+        baseline only (``preempted``) from the deadline of a reclaim that reached it on."""
+        if self._reclaimed_at_ms is not None and now_ms >= self._reclaimed_at_ms:
+            return baseline_only("preempted", self.targets.epoch)
         return self.targets.current(now_ms)
+
+    def reclaimed(self, now_ms: int) -> bool:
+        """A reclaim that reached this replica is past its deadline: no optional work again."""
+        return self._reclaimed_at_ms is not None and now_ms >= self._reclaimed_at_ms
 
     def allow_extra(self, effective: EffectiveTargets, requested: int) -> ExtraAllowance:
         """RMA: as many extra candidates as the targets allow, none while they say baseline
@@ -114,9 +136,10 @@ class ReplicaPolicy:
     def offer(self, targets: ControlTargets, now_ms: int, *,
               admission_preempted: bool) -> tuple[TargetVerdict, bool]:
         """Apply targets; True as second value when optional work must resume (trusted new
-        targets after a preemption, issued after it)."""
+        targets after a preemption, issued after it, while its reclaim deadline is ahead)."""
         verdict = self.targets.offer(targets, now_ms)
-        resume = verdict.accepted and not self.targets.preempted and admission_preempted
+        resume = (verdict.accepted and not self.targets.preempted and admission_preempted
+                  and not self.reclaimed(now_ms))
         return verdict, resume
 
     def concerns(self, notice: PreemptionNotice) -> bool:
@@ -156,5 +179,7 @@ class ReplicaPolicy:
         self._notices_seen[notice.notice_id] = None
         if len(self._notices_seen) > self._notice_memory:
             del self._notices_seen[next(iter(self._notices_seen))]
+        if self._reclaimed_at_ms is None or notice.deadline_ms < self._reclaimed_at_ms:
+            self._reclaimed_at_ms = notice.deadline_ms
         self.targets.preempt(now_ms)
         return "applied"

@@ -188,7 +188,8 @@ class Worker:
         state = self.batcher.state()
         return ServerState(queue_delay_ms=max(0.0, state.queue_delay_ms), in_flight=self.in_flight,
                            shedding_level=state.shedding_level,
-                           preempted=state.preempted or self.targets.preempted)
+                           preempted=(state.preempted or self.targets.preempted
+                                      or self.policy.reclaimed(self.clock_ms())))
 
     # -- control (any thread) --------------------------------------------------------------------
 
@@ -197,8 +198,10 @@ class Worker:
         return self.policy.targets
 
     def current_targets(self) -> EffectiveTargets:
+        """What this replica may do now (`ReplicaPolicy.current`: baseline only from the
+        deadline of a reclaim that reached it, whatever targets say)."""
         with self._targets_lock:
-            return self.targets.current(self.clock_ms())
+            return self.policy.current(self.clock_ms())
 
     def offer_targets(self, targets: ControlTargets) -> TargetVerdict:
         """Apply targets read from Kafka; new targets after a preemption resume optional work."""
@@ -268,7 +271,7 @@ class Worker:
     def snapshot(self) -> Snapshot:
         with self._targets_lock:
             now_ms = self.clock_ms()
-            effective = self.targets.current(now_ms)
+            effective = self.policy.current(now_ms)
             verdicts = dict(self.targets.counters)
             age_ms = self.targets.age_ms(now_ms)
         return Snapshot(self.batcher.state(), effective, verdicts, self.in_flight,

@@ -67,6 +67,13 @@ class _Producer:
 
 class _Worker:
     url = "http://127.0.0.1:9"  # nothing listens: the direct POST gets no answer
+    port = 9
+
+    def __init__(self) -> None:
+        self.killed = False
+
+    def kill(self) -> None:
+        self.killed = True
 
 
 class _Message:
@@ -93,9 +100,20 @@ class _Fleet:
         self.controls: list[Any] = []
         self.runner = _Runner()
         self.granted: list[str] = []
+        self.restarted: list[str] = []
 
     def grant(self, pool: str) -> None:
         self.granted.append(pool)
+
+    def restart_worker(self, name: str, env: Any = None, timeout_s: float = 0.0) -> _Worker:
+        self.restarted.append(name)
+        self.workers[name] = _Worker()
+        return self.workers[name]
+
+
+class _Proxies:
+    def set_upstream(self, _name: str, _port: int) -> None:
+        return None
 
 
 def _inject(monkeypatch: pytest.MonkeyPatch, fault: Fault) -> tuple[list[tuple[str, bytes]],
@@ -105,7 +123,7 @@ def _inject(monkeypatch: pytest.MonkeyPatch, fault: Fault) -> tuple[list[tuple[s
     fleet, stop = _Fleet(), threading.Event()
     stop.set()  # a fault's hold ends at once
     genuine = encode(targets(coverage=0.5, extra=10, budget=100.0))
-    nemesis = Nemesis(cast(Any, fleet), cast(Any, None), Recorder(),
+    nemesis = Nemesis(cast(Any, fleet), cast(Any, _Proxies()), Recorder(),
                       Keyring({"k": "00" * 32}, "k"), kafka=KafkaSettings(),
                       cluster_dir=Path("/nonexistent"), cluster_port=0, brokers=3,
                       targets=cast(Any, _Reader([genuine])), seed=SEED, t0=0.0, stop=stop,
@@ -131,6 +149,8 @@ def test_seed_7_storm_sends_the_same_notices(monkeypatch: pytest.MonkeyPatch) ->
         (POWERFUL_POOL, [], 0),
     ]
     assert fleet.granted == [POWERFUL_POOL, RMA_POOL]
+    # One notice reclaimed p1 itself: lent again after the grant, it is a new process.
+    assert fleet.restarted == ["p1"]
 
 
 def test_seed_7_forged_target_claims_the_same_epoch(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -140,6 +140,36 @@ def test_new_targets_after_a_preemption_resume_only_when_issued_after_it() -> No
     assert policy.offer(_targets(4, at=170), 170, admission_preempted=False)[1] is False
 
 
+def test_a_reclaimed_replica_does_no_optional_work_from_its_deadline_whatever_targets_say(
+) -> None:
+    """Newer targets issued after the notice resume it before the deadline; from the deadline
+    on every extra and every whole request is refused (``preemption``), and targets issued
+    after it (scope-wide: they cannot say this replica is lent again) do not resume it."""
+    policy = _policy()
+    policy.offer(_targets(1, at=0), 0, admission_preempted=False)
+    assert policy.on_notice(_notice(ts=100, deadline=1_000), 110) == "applied"
+    assert policy.offer(_targets(2, at=200), 210, admission_preempted=True)[1] is True
+    assert policy.allow_extra(policy.current(999), 4).allowed == 4
+    assert not policy.reclaimed(999) and policy.reclaimed(1_000)
+    after = policy.current(1_000)
+    assert after.baseline_only and after.reason == "preempted" and after.epoch == 2
+    assert policy.allow_extra(after, 4).refused == "preemption"
+    assert policy.whole_refusal(after) == "preemption"
+    verdict, resume = policy.offer(_targets(3, at=1_100), 1_110, admission_preempted=True)
+    assert (verdict.accepted, resume) == (True, False)
+    assert policy.current(1_200).baseline_only
+
+
+def test_a_zero_notice_reclaim_is_never_resumed_and_the_earliest_deadline_counts() -> None:
+    policy = _policy()
+    policy.offer(_targets(1, at=0), 0, admission_preempted=False)
+    policy.on_notice(_notice("n1", ts=100, deadline=5_000), 105)
+    policy.on_notice(_notice("n2", ts=130, deadline=130), 140)       # zero notice
+    verdict, resume = policy.offer(_targets(2, at=150), 160, admission_preempted=True)
+    assert (verdict.accepted, resume) == (True, False)
+    assert policy.current(160).baseline_only
+
+
 def test_the_notice_memory_is_bounded() -> None:
     policy = ReplicaPolicy(pool_id=POOL, worker_id="w1", region="eu1", limits=LocalLimits(),
                            started_ms=0, notice_memory=2)
