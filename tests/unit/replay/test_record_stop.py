@@ -1,4 +1,5 @@
-"""When a recording with ``--stop-at-end`` may stop: at the end each partition had at start."""
+"""When a recording with ``--stop-at-end`` may stop, and what it may write before: at the end
+each partition had at start."""
 
 from __future__ import annotations
 
@@ -30,3 +31,21 @@ def test_a_message_after_the_end_event_waits_for_the_next_one() -> None:
     assert merge.caught_up()
     merge.push("capacity", 0, 0, 1, None, None)  # type: ignore[arg-type]
     assert not merge.caught_up()
+
+
+def test_an_early_end_of_partition_event_holds_the_watermark_back() -> None:
+    other = ("telemetry", 0)
+    merge = _Merge([TP, other], {TP: (0, 2), other: (0, 1)})
+    merge.eof(*TP)                      # said "at end" before its two messages were fetched
+    merge.push("telemetry", 0, 0, 50, None, None)  # type: ignore[arg-type]
+    merge.consumed("telemetry", 0, 0)
+    assert merge.watermark() == float("-inf")     # TP may still bring earlier events
+    merge.push("capacity", 0, 0, 10, None, None)  # type: ignore[arg-type]
+    merge.consumed(*TP, 0)
+    assert merge.watermark() == 10
+    merge.push("capacity", 0, 1, 20, None, None)  # type: ignore[arg-type]
+    merge.consumed(*TP, 1)
+    merge.eof(*TP)
+    merge.eof(*other)
+    assert merge.watermark() == float("inf")
+    assert [ts for ts, *_ in merge.pop_until(merge.watermark())] == [10, 20, 50]
