@@ -55,6 +55,11 @@ class ControlPlaneSettings(BaseSettings):
     signing_key_file: Path | None = None
     #: Seconds between re-reads of ``signing_key_file`` (a rotation needs no restart); 0: once.
     signing_reload_s: float = Field(default=10.0, ge=0.0, le=3600.0)
+    #: RocksDB's memory for the label join's pending decisions, in MB: one memtable (two at
+    #: most) and the read cache (`streams.agents.pending.DiskSettings`, whose defaults these
+    #: are). They bound the process's RSS whatever the decision rate.
+    pending_write_buffer_mb: int = Field(default=16, ge=1, le=1024)
+    pending_block_cache_mb: int = Field(default=32, ge=1, le=65536)
 
     @field_validator("signing_key_file")
     @classmethod

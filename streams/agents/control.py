@@ -49,7 +49,7 @@ from schemas.topics import scope_partition
 from streams.agents import health
 from streams.agents.changelog import read_changelog
 from streams.agents.metrics import Metrics
-from streams.agents.pending import PendingChangelog, changelog_config
+from streams.agents.pending import DiskSettings, PendingChangelog, changelog_config
 from streams.control.config import ControlConfig
 from streams.control.controller import ScopeController
 from streams.control.dispatch import (
@@ -109,8 +109,10 @@ class ControlPlane:
             retention=timedelta(milliseconds=int(pending_config["retention.ms"])),
             config={"segment.ms": pending_config["segment.ms"]}, **raw)
         #: The join's pending decisions: on disk, with their changelog.
-        self.pending = PendingChangelog(kafka, self.pending_topic.get_topic_name(),
-                                        settings.data_dir / "pending")
+        self.pending = PendingChangelog(
+            kafka, self.pending_topic.get_topic_name(), settings.data_dir / "pending",
+            DiskSettings(write_buffer_mb=settings.pending_write_buffer_mb,
+                         block_cache_mb=settings.pending_block_cache_mb))
         self.registry = ScopeRegistry(config, self.pending.disk.store)
         self.partitions = settings.partitions
         #: Signs the targets published and checks the capacity events, notices and overrides

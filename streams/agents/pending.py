@@ -93,7 +93,10 @@ def _scope_key(scope: str) -> bytes:
 
 class DiskSettings(msgspec.Struct, frozen=True):
     """RocksDB's memory, which is what bounds the join's RSS (RocksDB's own defaults are
-    64 MB a memtable, two of them).
+    64 MB a memtable, two of them). A pending decision lives a second or two (its label
+    comes, and it is deleted), so the memtables hold the recent past and fill at the decision
+    rate; smaller ones bound RSS lower and cost CPU in flushes (`surplus bench fleet`,
+    docs/benchmarks.md).
 
     :param write_buffer_mb: one memtable; at most two (one being flushed).
     :param block_cache_mb: the read cache shared by the store's tables.

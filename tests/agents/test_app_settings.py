@@ -32,6 +32,22 @@ def test_faust_declares_topics_unless_told_they_are_there(tmp_path: Path) -> Non
     assert told.conf.topic_allow_declare is False
 
 
+def test_the_join_disk_takes_its_memory_bounds_from_the_settings(tmp_path: Path) -> None:
+    """RocksDB's memory is what bounds the process's RSS whatever the decision rate; the
+    settings' defaults are the store's own."""
+    from streams.agents.pending import DiskSettings
+
+    defaults = ControlPlaneSettings(data_dir=tmp_path)
+    assert (defaults.pending_write_buffer_mb, defaults.pending_block_cache_mb) == (
+        DiskSettings().write_buffer_mb, DiskSettings().block_cache_mb)
+    app = create_app(KafkaSettings(bootstrap="127.0.0.1:9"), ControlPlaneSettings(
+        data_dir=tmp_path, pending_write_buffer_mb=8, pending_block_cache_mb=16))
+    disk = app.control_plane.pending.disk  # type: ignore[attr-defined]
+    assert disk.settings == DiskSettings(write_buffer_mb=8, block_cache_mb=16)
+    with pytest.raises(ValidationError, match="pending_block_cache_mb"):
+        ControlPlaneSettings(pending_block_cache_mb=0)
+
+
 @pytest.mark.parametrize("bad", ["", "has space", "x" * 250])
 def test_a_bad_instance_id_is_refused_naming_the_key(bad: str) -> None:
     with pytest.raises(ValidationError, match="instance_id"):
