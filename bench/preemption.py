@@ -60,6 +60,7 @@ from workers.runtime.worker import Worker
 
 TARGET_P99_MS = 5.0
 POOL = "eu1/rank/baseline/cpu/opportunistic"
+"""The pool of a CPU worker here (`bench.oip`'s; a CUDA run's accelerator is ``gpu``)."""
 
 
 @contextlib.contextmanager
@@ -136,12 +137,13 @@ def _summary(samples_ms: list[float]) -> dict[str, float]:
 
 
 def _worker(settings: KafkaSettings | None, device: str) -> Worker:
+    # A worker takes its device from its pool's accelerator (`workers.runtime.devices`).
     overrides: dict[str, Any] = {"worker_id": "bench-w1", "tier": "opportunistic",
+                                 "accelerator": "cpu" if device == "cpu" else "gpu",
                                  "model.device": device, "report_interval_s": 1.0}
     if settings is not None:
         overrides["kafka"] = {"bootstrap": settings.bootstrap, "prefix": settings.prefix}
     config = load_config(None, overrides)
-    assert config.pool == POOL
     return Worker(config)
 
 
@@ -196,7 +198,8 @@ async def _measure(settings: KafkaSettings, notices: int, warmup: int, gap_s: fl
         for i in range(warmup + notices):
             notice_id = f"warmup-{i}" if i < warmup else f"bench-{i}"
             ts = wall_ms()
-            notice = PreemptionNotice(notice_id=notice_id, ts_ms=ts, region="eu1", pool_id=POOL,
+            notice = PreemptionNotice(notice_id=notice_id, ts_ms=ts, region="eu1",
+                                      pool_id=worker.config.pool,
                                       deadline_ms=ts + 30_000)
             payload = encode(notice)
             sends[notice_id] = time.perf_counter_ns()
@@ -245,7 +248,8 @@ async def _direct(worker: Worker, stopped: dict[str, int], notices: int, gap_s: 
         for i in range(notices + 20):          # 20 to open the server's first connections
             notice_id = f"direct-{i}"
             ts = wall_ms()
-            notice = PreemptionNotice(notice_id=notice_id, ts_ms=ts, region="eu1", pool_id=POOL,
+            notice = PreemptionNotice(notice_id=notice_id, ts_ms=ts, region="eu1",
+                                      pool_id=worker.config.pool,
                                       deadline_ms=ts + 30_000)
             sends[notice_id] = time.perf_counter_ns()
             (posted,) = direct.send(notice, [url])

@@ -92,6 +92,8 @@ class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     #: What the model takes, in ``forward``'s order (``[[model.inputs]]``); none: the fixed
     #: ``dense[B, config.num_dense], sparse[B, config.num_sparse]``.
     inputs: tuple[Input, ...] = ()
+    #: ``auto``: the pool's accelerator decides (``cpu`` on the CPU, any other on CUDA);
+    #: either way the worker refuses hardware its pool does not lend (`devices`).
     device: Literal["auto", "cpu", "cuda"] = "auto"
     #: Intra-op threads for torch; 0 picks one per core minus one for the event loop.
     threads: Annotated[int, Meta(ge=0, le=256)] = 0
@@ -286,6 +288,11 @@ def configure_threads(threads: int) -> int:
     with contextlib.suppress(RuntimeError):  # already set, or parallel work already ran
         torch.set_num_interop_threads(1)
     return n
+
+
+def cuda_device_name() -> str | None:
+    """The product name of the CUDA device this process scores on (None: it sees none)."""
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
 
 
 def pick_device(choice: str) -> torch.device:

@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
+import msgspec
 import numpy as np
 
 from workers.runtime.batching import Scorer
-from workers.runtime.models import ModelSpec, load_model
+from workers.runtime.devices import DeviceMismatch, device_for_pool
+from workers.runtime.models import ModelLoadError, ModelSpec, cuda_device_name, load_model
 
 
 class ServedModel(Scorer, Protocol):
@@ -27,14 +29,19 @@ class NotLoaded:
         raise RuntimeError("no model loaded")
 
 
-async def load_served(spec: ModelSpec) -> ServedModel:
-    """Load the model, or connect to the model server and check it, off the event loop;
-    ``ModelLoadError`` says why it cannot serve."""
+async def load_served(spec: ModelSpec, accelerator: str = "cpu") -> ServedModel:
+    """Load the model on the device its pool's ``accelerator`` lends, or connect to the model
+    server and check it, off the event loop; ``ModelLoadError`` says why it cannot serve.
+    A model server's device is its own: the pool's accelerator names it, unchecked here."""
     if spec.backend == "oip":
         from workers.runtime.oip import connect
 
         return await asyncio.to_thread(connect, spec)
-    return await asyncio.to_thread(load_model, spec)
+    try:
+        device = device_for_pool(accelerator, spec.device, cuda_device_name())
+    except DeviceMismatch as exc:
+        raise ModelLoadError(f"bad worker config: {exc}") from None
+    return await asyncio.to_thread(load_model, msgspec.structs.replace(spec, device=device))
 
 
 def device_type(model: ServedModel) -> str:

@@ -1,0 +1,59 @@
+"""A replica scores on the hardware its pool lends (``workers.runtime.devices``): the device
+follows the pool's accelerator, and a mismatch stops the worker at start, naming the keys."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.unit.runtime.tiny import TINY
+from workers.runtime.devices import DeviceMismatch, device_for_pool
+from workers.runtime.models import ModelLoadError, ModelSpec
+from workers.runtime.served_model import load_served
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def test_a_cpu_pool_scores_on_the_cpu_even_where_a_gpu_is_visible() -> None:
+    assert device_for_pool("cpu", "auto", H100) == "cpu"
+    assert device_for_pool("CPU", "cpu", None) == "cpu"
+
+
+def test_a_gpu_pool_scores_on_cuda_when_its_gpu_model_is_the_one_seen() -> None:
+    assert device_for_pool("h100", "auto", H100) == "cuda"
+    assert device_for_pool("a10g", "cuda", "NVIDIA A10G") == "cuda"
+    assert device_for_pool("l4", "auto", "NVIDIA L4") == "cuda"
+
+
+def test_a_gpu_name_the_platform_does_not_know_takes_any_cuda_device() -> None:
+    assert device_for_pool("gpu", "auto", H100) == "cuda"
+
+
+@pytest.mark.parametrize(("accelerator", "choice", "seen", "names"), [
+    ("cpu", "cuda", H100, ("`model.device` is cuda", "`accelerator` is cpu")),
+    ("l4", "cpu", "NVIDIA L4", ("`model.device` is cpu", "`accelerator` is l4")),
+    ("a100", "auto", None, ("`accelerator` is a100", "no CUDA device")),
+    ("l4", "auto", H100, ("`accelerator` is l4", H100, "Set `accelerator` to h100")),
+    ("a10", "auto", "NVIDIA A100-SXM4-80GB", ("`accelerator` is a10", "to a100")),
+])
+def test_hardware_the_pool_does_not_lend_is_refused_naming_the_keys(
+        accelerator: str, choice: str, seen: str | None, names: tuple[str, ...]) -> None:
+    with pytest.raises(DeviceMismatch) as refused:
+        device_for_pool(accelerator, choice, seen)
+    for name in names:
+        assert name in str(refused.value)
+
+
+def test_a_worker_of_a_gpu_pool_on_this_cpu_machine_does_not_load_its_model() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device: the refusal needs one without")
+    with pytest.raises(ModelLoadError, match=r"bad worker config: .*`accelerator` is l4"):
+        asyncio.run(load_served(ModelSpec(name="baseline", config=TINY), "l4"))
+
+
+def test_a_worker_of_a_cpu_pool_loads_on_the_cpu() -> None:
+    loaded = asyncio.run(load_served(ModelSpec(name="baseline", config=TINY), "cpu"))
+    assert loaded.device.type == "cpu"
