@@ -91,6 +91,11 @@ class Metrics:
                                "Measured replica-seconds one candidate (ranking model) or one "
                                "request (powerful model) costs", ["scope", "model", "per"],
                                registry=self.registry)
+        self.unit_speed = Gauge("surplus_control_accelerator_unit_speed",
+                                "Work one lent unit of an accelerator type does for a lever, "
+                                "against its model's average unit (measured per model and "
+                                "type; 1: the average)", ["scope", "lever", "accelerator"],
+                                registry=self.registry)
         self.overrides = Counter("surplus_control_overrides_total",
                                  "Operator overrides taken (refused ones count in "
                                  "surplus_control_rejected_total{topic=\"overrides\"})",
@@ -185,6 +190,11 @@ class Metrics:
         if cost.evidence_s("powerful") > 0:
             self.unit_cost.labels(scope, "powerful", "request").set(cost.seconds_per_unit(
                 "powerful", cfg.sbm.powerful_rps_per_accel_unit, per="requests"))
+        allocation = controller.allocation
+        for lever, held, speeds in (("rma", allocation.rma_accel, allocation.speeds.rma),
+                                    ("sbm", allocation.sbm_accel, allocation.speeds.sbm)):
+            for kind in sorted(held):
+                self.unit_speed.labels(scope, lever, kind).set(speeds.get(kind, 1.0))
         join = controller.join
         for outcome, n in join.counts.items():
             seen = self._join_seen.get((scope, outcome), 0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import msgspec
 
-from streams.control.allocator import Allocation, allocate
+from streams.control.allocator import AVERAGE, Allocation, Speeds, allocate
 from streams.control.config import AllocatorConfig
 from streams.control.inventory import CapacityVector
 
@@ -28,10 +28,10 @@ class AllocationMemo:
         self._solved: dict[bytes, Allocation] = {}
 
     def solve(self, capacity: CapacityVector, config: AllocatorConfig, rma_max: float,
-              sbm_max: float, curves: Curves | None) -> Allocation:
+              sbm_max: float, curves: Curves | None, speeds: Speeds = AVERAGE) -> Allocation:
         """``allocate`` for these inputs, with ``curves`` (RMA's and SBM's learned value
         segments) in place of the configured ones when given."""
-        key = (capacity, rma_max, sbm_max, curves)
+        key = (capacity, rma_max, sbm_max, curves, speeds)
         if self._last is not None and self._last[0] == key:
             return self._last[1]
         exact = msgspec.msgpack.encode(key)
@@ -41,7 +41,7 @@ class AllocationMemo:
                 config = msgspec.structs.replace(config, rma_value_segments=curves[0],
                                                  sbm_value_segments=curves[1])
             allocation = allocate(capacity, config, rma_max_units=rma_max,
-                                  sbm_max_units=sbm_max)
+                                  sbm_max_units=sbm_max, speeds=speeds)
             if len(self._solved) >= SOLVED_KEPT:
                 del self._solved[next(iter(self._solved))]
             self._solved[exact] = allocation

@@ -126,7 +126,9 @@ class AllocatorConfig(_Config, frozen=True, kw_only=True):
     cpu_per_accel_for_rma: Positive = 4.0
     """RMA needs this many CPU units per accelerator unit (retrieval and features)."""
     powerful_model_accelerators: tuple[str, ...] = ("a100", "h100", "h200")
-    """Accelerator types the powerful model can run on; SBM gets no other."""
+    """Accelerator types the powerful model has an artifact for: lent units of these that no
+    model holds yet may be given to SBM. A type a powerful-model pool already serves on is
+    SBM's too, listed or not (a replica serving there is proof it runs)."""
     rma_value_segments: tuple[Segment, ...] = _segments(
         (8.0, 1.0), (16.0, 0.5), (32.0, 0.25), (64.0, 0.1))
     sbm_value_segments: tuple[Segment, ...] = _segments(

@@ -56,7 +56,7 @@ from streams.control.labels import AttributionJoin
 from streams.control.observed import Observed, observe
 from streams.control.offpolicy import EstimatesState, GainEstimator
 from streams.control.pending import PendingStore
-from streams.control.planner import Planner, UnitRates, demand_units, unit_rates
+from streams.control.planner import Planner, UnitRates, demand_units, speeds, unit_rates
 from streams.control.rma import CandidateSupply, RmaPolicy, RmaState, ranking_starved, rma_budget
 from streams.control.sbm import SbmPolicy, SbmState, SegmentState, planned_rps, sbm_target
 from streams.control.windows import WindowSet, WindowStats
@@ -288,7 +288,7 @@ class ScopeController:
         capacity = self._inventory.available(self.scope, now_ms, seen.serving)
         demand = demand_units(self.config, rates, self._rma.most(self._supply.most),
                               self._rma.settled_rate(seen.ranking_rps), seen.total_rps)
-        return self._planner.allocate(capacity, demand)
+        return self._planner.allocate(capacity, demand, speeds(self._cost, self.config, capacity))
 
     def _emit(self, now_ms: int, rma: RmaTarget, sbm: SbmTarget, reason: Reason) -> ControlTargets:
         self._epoch += 1

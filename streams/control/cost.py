@@ -36,6 +36,8 @@ class PoolCost(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     """Decayed sums of one pool's measured work (restart state)."""
 
     model: str = ""
+    accelerator: str = ""
+    """The pool's accelerator type ("" in restart state from before it was kept)."""
     busy_s: float = 0.0
     units: float = 0.0
     requests: float = 0.0
@@ -56,23 +58,31 @@ class CostModel:
             if old.busy_s * keep < 1e-6:  # a pool long gone: forget it (bounded memory)
                 del self.pools[pool_id]
                 continue
-            self.pools[pool_id] = PoolCost(model=old.model, busy_s=old.busy_s * keep,
-                                           units=old.units * keep, requests=old.requests * keep)
+            self.pools[pool_id] = PoolCost(model=old.model, accelerator=old.accelerator,
+                                           busy_s=old.busy_s * keep, units=old.units * keep,
+                                           requests=old.requests * keep)
         for w in stats:
             if w.units_done <= 0 or w.busy_s <= 0:
                 continue
             old = self.pools.get(w.pool_id, PoolCost())
-            self.pools[w.pool_id] = PoolCost(model=w.model, busy_s=old.busy_s + w.busy_s,
+            self.pools[w.pool_id] = PoolCost(model=w.model, accelerator=w.accelerator,
+                                             busy_s=old.busy_s + w.busy_s,
                                              units=old.units + w.units_done,
                                              requests=old.requests + w.optional_requests_done)
 
-    def _sums(self, model: str) -> PoolCost:
+    def _sums(self, model: str, accelerator: str | None = None) -> PoolCost:
         busy = units = requests = 0.0
         for pool_id in sorted(self.pools):
             p = self.pools[pool_id]
-            if p.model == model:
+            if p.model == model and accelerator in (None, p.accelerator):
                 busy, units, requests = busy + p.busy_s, units + p.units, requests + p.requests
         return PoolCost(model=model, busy_s=busy, units=units, requests=requests)
+
+    def _estimate(self, sums: PoolCost, prior: float,
+                  per: Literal["units", "requests"]) -> float:
+        cfg = self.config
+        count = sums.units if per == "units" else sums.requests
+        return (cfg.prior_weight_s + sums.busy_s) / (cfg.prior_weight_s / prior + count)
 
     def seconds_per_unit(self, model: str, prior_per_s: float,
                          per: Literal["units", "requests"] = "units") -> float:
@@ -80,10 +90,32 @@ class CostModel:
         whole requests) costs on ``model``'s pools, the prior of ``prior_per_s`` weighing in."""
         cfg = self.config
         prior = 1.0 / prior_per_s
-        sums = self._sums(model)
-        count = sums.units if per == "units" else sums.requests
-        estimate = (cfg.prior_weight_s + sums.busy_s) / (cfg.prior_weight_s / prior + count)
+        estimate = self._estimate(self._sums(model), prior, per)
         return min(max(estimate, prior / cfg.cap_ratio), prior * cfg.cap_ratio)
+
+    def speeds(self, model: str, accelerators: list[str], prior_per_s: float,
+               per: Literal["units", "requests"] = "units") -> dict[str, float]:
+        """How much work a unit of each accelerator type does on ``model`` against the
+        model's pooled cost (``seconds_per_unit``'s unit): 2.0 for a type that scores twice
+        as fast as the average unit. An L4 and an H200 unit are not the same unit, and the
+        allocator places lent units by what each buys.
+
+        Each type's cost is estimated with the pooled one as its prior (a type with no
+        evidence of its own is the average, 1.0), within ``cap_ratio`` of it. A type that
+        holds all of the model's evidence is the pooled cost itself: exactly 1.0."""
+        cfg = self.config
+        total = self._sums(model)
+        pooled = self.seconds_per_unit(model, prior_per_s, per)
+        out: dict[str, float] = {}
+        for kind in accelerators:
+            own = self._sums(model, kind)
+            if own.busy_s <= 0.0 or own.busy_s >= total.busy_s:
+                out[kind] = 1.0
+                continue
+            estimate = self._estimate(own, pooled, per)
+            estimate = min(max(estimate, pooled / cfg.cap_ratio), pooled * cfg.cap_ratio)
+            out[kind] = pooled / estimate
+        return out
 
     def evidence_s(self, model: str) -> float:
         """Measured busy seconds behind the estimate (decayed): 0 means prior only."""

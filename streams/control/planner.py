@@ -16,7 +16,7 @@ import math
 import msgspec
 
 from streams.control.allocation_memo import AllocationMemo, Curves
-from streams.control.allocator import Allocation
+from streams.control.allocator import AVERAGE, Allocation, Speeds
 from streams.control.config import ControlConfig
 from streams.control.cost import CostModel
 from streams.control.inventory import CapacityVector
@@ -40,6 +40,16 @@ def unit_rates(cost: CostModel, config: ControlConfig) -> UnitRates:
     sbm = 1.0 / cost.seconds_per_unit("powerful", config.sbm.powerful_rps_per_accel_unit,
                                       per="requests")
     return UnitRates(rma_units_per_accel_s=rma, sbm_rps_per_accel=sbm)
+
+
+def speeds(cost: CostModel, config: ControlConfig, capacity: CapacityVector) -> Speeds:
+    """What a unit of each lent accelerator type does for each lever, against its model's
+    average unit, from the cost measured per (model, accelerator type)."""
+    kinds = sorted(k for k, v in capacity.accel.items() if v > 0)
+    rma = cost.speeds("baseline", kinds, config.rma.candidates_per_accel_unit_s)
+    sbm = cost.speeds("powerful", kinds, config.sbm.powerful_rps_per_accel_unit, per="requests")
+    return Speeds(rma={k: v for k, v in rma.items() if v != 1.0},
+                  sbm={k: v for k, v in sbm.items() if v != 1.0})
 
 
 def grid_up(units: float, steps_per_octave: int = 16) -> float:
@@ -99,12 +109,14 @@ class Planner:
                 sbm_rps_per_accel=rates.sbm_rps_per_accel, request_rps=request_rps,
                 prior_rma=allocator.rma_value_segments)
 
-    def allocate(self, capacity: CapacityVector, demand: tuple[float, float]) -> Allocation:
+    def allocate(self, capacity: CapacityVector, demand: tuple[float, float],
+                 unit_speeds: Speeds = AVERAGE) -> Allocation:
         """Split ``capacity`` between RMA and SBM, each lever given at most its ``demand``
-        (:func:`demand_units`); solved only for inputs not seen before."""
+        (:func:`demand_units`), each type's units worth ``unit_speeds`` (:func:`speeds`);
+        solved only for inputs not seen before."""
         allocator = self.config.allocator
         curves = self._curves if allocator.learn_curves else None
-        self._allocation = self._memo.solve(capacity, allocator, *demand, curves)
+        self._allocation = self._memo.solve(capacity, allocator, *demand, curves, unit_speeds)
         return self._allocation
 
     @property

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.control.allocator import allocate, curve_value
+from streams.control.allocator import Speeds, allocate, curve_value
 from streams.control.config import AllocatorConfig
 from streams.control.inventory import CapacityVector
 
@@ -122,3 +122,37 @@ def test_units_pinned_to_ranking_leave_sbm_the_rest_and_say_it_is_capacity_bound
                               pinned={"baseline": {"a100": 5.0}})
     alloc = allocate(capacity, FLAT_SBM_RICH)
     assert alloc.sbm_accel == {"a100": 1.0} and alloc.sbm_limit == "capacity"
+
+
+def test_sbm_takes_the_type_whose_unit_serves_more_of_its_requests() -> None:
+    # One unit of SBM's worth to give: on an h200 unit the powerful model serves twice
+    # what it serves on the average unit, so the h200 unit covers the curve's two units.
+    config = AllocatorConfig(powerful_model_accelerators=("a100", "h200"),
+                             cpu_per_accel_for_rma=1.0, rma_value_segments=((1.0, 0.0),),
+                             sbm_value_segments=((2.0, 1.0),))
+    capacity = CapacityVector(cpu_units=0.0, accel={"a100": 1.0, "h200": 1.0})
+    alloc = allocate(capacity, config, speeds=Speeds(sbm={"a100": 0.5, "h200": 2.0}))
+    assert alloc.sbm_accel == {"h200": 1.0}
+    assert alloc.sbm_accel_units == pytest.approx(2.0)
+    assert alloc.expected_value == pytest.approx(2.0)
+
+
+def test_rma_budget_follows_the_work_its_units_do_not_their_count() -> None:
+    config = AllocatorConfig(powerful_model_accelerators=(), cpu_per_accel_for_rma=1.0,
+                             rma_value_segments=((10.0, 1.0),), sbm_value_segments=((1.0, 1.0),))
+    capacity = CapacityVector(cpu_units=100.0, accel={"l4": 2.0})
+    same = allocate(capacity, config)
+    faster = allocate(capacity, config, speeds=Speeds(rma={"l4": 1.5}))
+    assert same.rma_accel == faster.rma_accel == {"l4": 2.0}
+    assert (same.rma_accel_units, faster.rma_accel_units) == (2.0, 3.0)
+    assert faster.rma_cpu == pytest.approx(3.0)           # CPU follows the candidates scored
+
+
+def test_a_type_a_powerful_pool_serves_on_goes_to_sbm_without_being_listed() -> None:
+    # l4 is not among the types the powerful model has an artifact for, but a powerful pool
+    # of l4 replicas is serving: its units are SBM's; the l4 units no model holds are not.
+    capacity = CapacityVector(cpu_units=0.0, accel={"l4": 3.0},
+                              pinned={"powerful": {"l4": 2.0}})
+    alloc = allocate(capacity, FLAT_SBM_RICH)
+    assert alloc.sbm_accel == {"l4": 2.0}
+    assert alloc.sbm_limit == "capacity"

@@ -15,7 +15,7 @@ PRIOR = 1000.0  # units/s per accelerator unit: 1 ms a unit
 def window(busy_s: float, units: int, *, pool: str = "eu1/rank/baseline/l4/opportunistic",
            model: str = "baseline", requests: int = 0) -> WindowStats:
     return WindowStats(pool_id=pool, region="eu1", model=model, tier="opportunistic",
-                       accelerator="l4", start_ms=0, end_ms=10_000, reports=10, samples=100,
+                       accelerator=pool.split("/")[3], start_ms=0, end_ms=10_000, reports=10, samples=100,
                        p50_ms=1.0, p99_ms=2.0, request_rate=1.0, baseline_rate=1.0,
                        optional_done_rate=0.0, shed_rate=0.0, utilisation=0.1,
                        capacity_rps=0.0, enough_samples=True, busy_s=busy_s, units_done=units,
@@ -82,3 +82,22 @@ def test_state_round_trips_and_forgotten_pools_are_dropped() -> None:
     for _ in range(40):
         again.observe([], 60.0)
     assert again.state == {}
+
+
+def test_each_accelerator_type_is_priced_by_its_own_work_against_the_models_average() -> None:
+    model = CostModel(CFG)
+    for _ in range(20):  # an h100 unit scores a unit in 0.1 ms, an l4 unit in 0.4 ms
+        model.observe([window(1.0, 10_000, pool="eu1/rank/baseline/h100/opportunistic"),
+                       window(1.0, 2_500)], 10.0)
+    speeds = model.speeds("baseline", ["h100", "l4", "a100"], PRIOR)
+    # 4x measured, drawn toward the average by the prior's pseudo-evidence at its price
+    assert 2.5 < speeds["h100"] / speeds["l4"] <= 4.0
+    assert speeds["h100"] > 1.0 > speeds["l4"]
+    assert speeds["a100"] == 1.0                            # no evidence: the average unit
+
+
+def test_a_type_with_all_of_a_models_evidence_is_its_average_exactly() -> None:
+    model = CostModel(CFG)
+    model.observe([window(1.0, 10_000), window(0.5, 9_000,
+                                               pool="eu1/rank/baseline/l4/baseline")], 10.0)
+    assert model.speeds("baseline", ["l4"], PRIOR) == {"l4": 1.0}

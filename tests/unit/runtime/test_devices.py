@@ -10,7 +10,7 @@ import pytest
 from tests.unit.runtime.tiny import TINY
 from workers.runtime.devices import DeviceMismatch, device_for_pool
 from workers.runtime.models import ModelLoadError, ModelSpec
-from workers.runtime.served_model import load_served
+from workers.runtime.served_model import device_type, load_served
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -56,4 +56,4 @@ def test_a_worker_of_a_gpu_pool_on_this_cpu_machine_does_not_load_its_model() ->
 
 def test_a_worker_of_a_cpu_pool_loads_on_the_cpu() -> None:
     loaded = asyncio.run(load_served(ModelSpec(name="baseline", config=TINY), "cpu"))
-    assert loaded.device.type == "cpu"
+    assert device_type(loaded) == "cpu"
