@@ -120,6 +120,12 @@ def test_kill_at_once_lapses_at_its_ttl_a_cap_waits_for_the_period_and_clear_lif
         capped = _wait(reader, proc, "capped", 3 * PERIOD_S + 5,
                        lambda t: t.issued_at_ms > capped_at and t.reason == "operator")
         assert capped.rma.extra_candidates <= 1
+        # Held a whole period more before the clear: the replay below decides on its own
+        # grid of event time, and a cap the live plane took in a tick it ran late (a loaded
+        # CI machine) could otherwise be cleared before the replay's next tick ever saw it.
+        _wait(reader, proc, "capped a period on", 3 * PERIOD_S + 5,
+              lambda t: t.issued_at_ms > capped.issued_at_ms + PERIOD_S * 1000
+              and t.reason == "operator")
 
         listed = _override(kafka, "list", "--scope", "eu1")
         assert listed.startswith("active") and "max_extra=1" in listed and "cost ceiling" in listed
@@ -163,7 +169,8 @@ def test_kill_at_once_lapses_at_its_ttl_a_cap_waits_for_the_period_and_clear_lif
              and sent <= t.issued_at_ms < sent + 4000]
     assert kills and kills[0].issued_at_ms - sent <= KILL_BOUND_S * 1000, kills
     between = [t for t in replayed if capped_at < t.issued_at_ms <= cleared_at]
-    first = next(i for i, t in enumerate(between) if t.reason == "operator")
+    first = next((i for i, t in enumerate(between) if t.reason == "operator"), None)
+    assert first is not None, [(t.issued_at_ms, t.reason) for t in between]
     assert all(t.reason == "operator" and t.rma.extra_candidates <= 1
                for t in between[first:]), between
     assert any(t.reason != "operator" for t in replayed if t.issued_at_ms > cleared_at + 1000)
