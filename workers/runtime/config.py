@@ -197,9 +197,11 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     config.notice_networks()
     _check_backend(config)
     _check_inputs(config)
-    if config.model.path is not None and not Path(config.model.path).is_file():
-        raise ConfigError(f"bad worker config at `model.path`: model file "
-                          f"{config.model.path} does not exist")
+    files = {"model.path": config.model.path,
+             **{f"model.artifacts.{d}": p for d, p in sorted(config.model.artifacts.items())}}
+    for key, path in files.items():
+        if path is not None and not Path(path).is_file():
+            raise ConfigError(f"bad worker config at `{key}`: model file {path} does not exist")
     return config
 
 
@@ -211,9 +213,10 @@ def _check_backend(config: WorkerConfig) -> None:
         if model.oip is None:
             raise ConfigError('bad worker config at `model.oip`: backend "oip" needs a '
                               "[model.oip] table with at least `url` and `model_name`")
-        if model.path is not None:
-            raise ConfigError('bad worker config at `model.path`: backend "oip" scores on the '
-                              "model server; leave out `path`")
+        if model.path is not None or model.artifacts:
+            key = "model.path" if model.path is not None else "model.artifacts"
+            raise ConfigError(f'bad worker config at `{key}`: backend "oip" scores on the '
+                              "model server; leave out the model files")
     elif model.oip is not None:
         raise ConfigError('bad worker config at `model.backend`: [model.oip] is set but the '
                           'backend is "torch"; set backend = "oip" to use the model server')
@@ -227,7 +230,7 @@ def _check_inputs(config: WorkerConfig) -> None:
         model.signature()
     except SpecError as exc:
         raise ConfigError(f"bad worker config at {exc}") from None
-    if model.inputs and model.path is None and model.backend == "torch":
+    if model.inputs and model.path is None and not model.artifacts and model.backend == "torch":
         raise ConfigError("bad worker config at `model.inputs`: the reference models take "
                           "the fixed dense and sparse inputs; declare inputs for a model file "
                           "(`model.path`) or a model server (`backend = \"oip\"`)")

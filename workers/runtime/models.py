@@ -88,6 +88,11 @@ class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     backend: Literal["torch", "oip"] = "torch"
     oip: OipSpec | None = None
     path: str | None = None
+    #: A file per device the model is built for (``[model.artifacts]``, ``cpu`` and
+    #: ``cuda``): an ONNX graph for the CPU beside a ``torch.export`` program for CUDA, say.
+    #: The worker loads the one for the device its pool's accelerator gives it (`devices`),
+    #: else ``path``; one pool image then serves on any accelerator the model has a file for.
+    artifacts: dict[Literal["cpu", "cuda"], str] = {}
     config: ModelConfig = ModelConfig()
     #: What the model takes, in ``forward``'s order (``[[model.inputs]]``); none: the fixed
     #: ``dense[B, config.num_dense], sparse[B, config.num_sparse]``.
@@ -101,6 +106,18 @@ class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     #: a fresh process allocates and picks kernels on its first passes of each size, and a
     #: replica that joins a pool mid-run must not spend them on live requests.
     warmup_rows: Annotated[int, Meta(ge=2, le=1 << 16)] = 64
+
+    def for_device(self, device: Literal["cpu", "cuda"]) -> ModelSpec:
+        """This spec settled on ``device``, with the file built for it; `ModelLoadError`
+        when the model has files for other devices only."""
+        path = self.artifacts.get(device, self.path)
+        if self.artifacts and path is None:
+            have = ", ".join(sorted(self.artifacts))
+            raise ModelLoadError(
+                f"bad worker config at `model.artifacts`: no file for {device}, the device "
+                f"this replica's pool gives it (it has {have}); add `model.artifacts.{device}` "
+                "or `model.path`, or run it in a pool of the accelerator it is built for")
+        return msgspec.structs.replace(self, device=device, path=path)
 
     def signature(self) -> Signature:
         """The model's inputs as declared, or the fixed signature; `SpecError` names the key

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-import msgspec
 import numpy as np
 
 from workers.runtime.batching import Scorer
@@ -41,7 +40,7 @@ async def load_served(spec: ModelSpec, accelerator: str = "cpu") -> ServedModel:
         device = device_for_pool(accelerator, spec.device, cuda_device_name())
     except DeviceMismatch as exc:
         raise ModelLoadError(f"bad worker config: {exc}") from None
-    return await asyncio.to_thread(load_model, msgspec.structs.replace(spec, device=device))
+    return await asyncio.to_thread(load_model, spec.for_device(device))
 
 
 def device_type(model: ServedModel) -> str:

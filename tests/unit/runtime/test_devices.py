@@ -4,12 +4,14 @@ follows the pool's accelerator, and a mismatch stops the worker at start, naming
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
 from tests.unit.runtime.tiny import TINY
+from workers.runtime.config import ConfigError, load_config
 from workers.runtime.devices import DeviceMismatch, device_for_pool
-from workers.runtime.models import ModelLoadError, ModelSpec
+from workers.runtime.models import ModelLoadError, ModelSpec, build_reference, export_onnx
 from workers.runtime.served_model import device_type, load_served
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -57,3 +59,23 @@ def test_a_worker_of_a_gpu_pool_on_this_cpu_machine_does_not_load_its_model() ->
 def test_a_worker_of_a_cpu_pool_loads_on_the_cpu() -> None:
     loaded = asyncio.run(load_served(ModelSpec(name="baseline", config=TINY), "cpu"))
     assert device_type(loaded) == "cpu"
+
+
+def test_a_model_built_for_both_devices_loads_the_file_for_its_pools(tmp_path: Path) -> None:
+    onnx = export_onnx(build_reference("baseline", TINY), TINY, tmp_path / "ranker.onnx")
+    spec = ModelSpec(name="baseline", config=TINY,
+                     artifacts={"cpu": str(onnx), "cuda": str(tmp_path / "ranker.pt2")})
+    loaded = asyncio.run(load_served(spec, "cpu"))
+    assert loaded.source == str(onnx)
+
+
+def test_a_model_with_files_for_other_devices_only_is_refused_naming_the_key() -> None:
+    spec = ModelSpec(name="baseline", config=TINY, artifacts={"cuda": "ranker.pt2"})
+    with pytest.raises(ModelLoadError, match=r"`model.artifacts`: no file for cpu,.*has cuda"):
+        asyncio.run(load_served(spec, "cpu"))
+
+
+def test_a_missing_artifact_stops_the_worker_at_start_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"`model.artifacts.cuda`: model file .* not exist"):
+        load_config(None, {"worker_id": "w1",
+                           "model.artifacts": {"cuda": str(tmp_path / "gone.pt2")}})
