@@ -162,6 +162,10 @@ class CostConfig(_Config, frozen=True, kw_only=True):
     """Evidence this old weighs half as much as new: the cost follows model or load changes."""
     cap_ratio: Annotated[float, Meta(ge=1.0)] = 20.0
     """The measured cost stays within this factor of the prior either way."""
+    per_accelerator: bool = True
+    """Price each accelerator type's unit by its own measured work against its model's
+    average one (``CostModel.speeds``); off, every lent unit of a model is its average, as
+    before types were told apart (kept to measure what telling them apart is worth)."""
 
 
 class LabelsConfig(_Config, frozen=True, kw_only=True):

@@ -45,6 +45,8 @@ def unit_rates(cost: CostModel, config: ControlConfig) -> UnitRates:
 def speeds(cost: CostModel, config: ControlConfig, capacity: CapacityVector) -> Speeds:
     """What a unit of each lent accelerator type does for each lever, against its model's
     average unit, from the cost measured per (model, accelerator type)."""
+    if not config.cost.per_accelerator:
+        return AVERAGE
     kinds = sorted(k for k, v in capacity.accel.items() if v > 0)
     rma = cost.speeds("baseline", kinds, config.rma.candidates_per_accel_unit_s)
     sbm = cost.speeds("powerful", kinds, config.sbm.powerful_rps_per_accel_unit, per="requests")

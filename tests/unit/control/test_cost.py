@@ -15,7 +15,8 @@ PRIOR = 1000.0  # units/s per accelerator unit: 1 ms a unit
 def window(busy_s: float, units: int, *, pool: str = "eu1/rank/baseline/l4/opportunistic",
            model: str = "baseline", requests: int = 0) -> WindowStats:
     return WindowStats(pool_id=pool, region="eu1", model=model, tier="opportunistic",
-                       accelerator=pool.split("/")[3], start_ms=0, end_ms=10_000, reports=10, samples=100,
+                       accelerator=pool.split("/")[3], start_ms=0, end_ms=10_000, reports=10,
+                       samples=100,
                        p50_ms=1.0, p99_ms=2.0, request_rate=1.0, baseline_rate=1.0,
                        optional_done_rate=0.0, shed_rate=0.0, utilisation=0.1,
                        capacity_rps=0.0, enough_samples=True, busy_s=busy_s, units_done=units,

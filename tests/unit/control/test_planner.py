@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from streams.control.allocator import AVERAGE
 from streams.control.config import ControlConfig, with_overrides
 from streams.control.cost import CostModel
 from streams.control.inventory import CapacityVector
-from streams.control.planner import Planner, UnitRates, demand_units, grid_up, unit_rates
+from streams.control.planner import Planner, UnitRates, demand_units, grid_up, speeds, unit_rates
+from tests.unit.control.test_cost import window
 
 CONFIG = ControlConfig()
 RATES = UnitRates(rma_units_per_accel_s=1_000.0, sbm_rps_per_accel=10.0)
@@ -48,3 +50,15 @@ def test_a_lever_gets_no_more_than_its_demand() -> None:
 def test_configured_curves_are_used_until_both_levers_are_measured_or_if_not_allowed() -> None:
     assert not Planner(CONFIG).curves_learned  # nothing measured yet
     assert not Planner(with_overrides(CONFIG, {"allocator.learn_curves": False})).curves_learned
+
+
+def test_units_are_priced_by_type_unless_the_operator_turns_it_off() -> None:
+    cost = CostModel(CONFIG.cost)
+    for _ in range(20):
+        cost.observe([window(1.0, 30_000, pool="eu1/rank/baseline/a100/opportunistic"),
+                      window(1.0, 6_000, pool="eu1/rank/baseline/t4/opportunistic")], 5.0)
+    capacity = CapacityVector(cpu_units=8.0, accel={"a100": 2.0, "t4": 2.0})
+    priced = speeds(cost, CONFIG, capacity)
+    assert priced.rma["a100"] > 1.0 > priced.rma["t4"] and priced.sbm == {}
+    off = with_overrides(CONFIG, {"cost.per_accelerator": "false"})
+    assert speeds(cost, off, capacity) == AVERAGE
