@@ -163,7 +163,9 @@ class WorkerProc(Proc):
         self.port = localkafka.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = tmp_path / f"{name}.toml"
+        # CPU processes standing in for an A100 fleet (`accelerator_stand_in`)
         config.write_text(f'worker_id = "{name}"\nregion = "{REGION}"\naccelerator = "a100"\n'
+                          "accelerator_stand_in = true\n"
                           f"report_interval_s = {report_interval_s}\nreadiness_timeout_s = 20.0\n"
                           f"{extra_toml}\n{TINY_MODEL}\n[batching]\nmax_wait_ms = {max_wait_ms}\n")
         flags = ["worker", "--config", str(config), "--port", str(self.port), "--tier", tier,

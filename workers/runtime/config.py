@@ -46,6 +46,11 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     service: Name = "rank"
     tier: Tier = "baseline"
     accelerator: Name = "cpu"
+    #: This replica stands in for its pool's accelerator on other hardware (a test or staging
+    #: fleet of CPUs carrying a GPU pool's ids): the device follows ``model.device`` alone and
+    #: is not checked against the pool (`workers.runtime.devices`). Its measured cost is not
+    #: that accelerator's; never set it in a fleet that lends capacity.
+    accelerator_stand_in: bool = False
     #: Defaults to ``{region}/{service}/{model}/{accelerator}/{tier}`` (see :attr:`pool`).
     pool_id: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
     model: ModelSpec = ModelSpec()

@@ -13,6 +13,9 @@ when the two disagree, naming the keys to change.
   reads product names): the process must see a CUDA device of that model.
 - Any other name (``gpu``, a site's own): any CUDA device.
 
+A test or staging fleet of CPUs carrying a GPU pool's ids says so
+(``WorkerConfig.accelerator_stand_in``): then ``model.device`` alone decides.
+
 Pure: the CUDA device's name (or None) is passed in.
 """
 
@@ -58,3 +61,9 @@ def device_for_pool(accelerator: str, choice: str, cuda_name: str | None) -> Dev
             f"`accelerator` to {gpu_model(cuda_name) or 'the GPU model'}, or run it on "
             f"{accelerator} hardware")
     return "cuda"
+
+
+def stand_in_device(choice: str, cuda_name: str | None) -> Device:
+    """The device of a replica that stands in for its pool's accelerator (a test or staging
+    fleet): ``model.device`` alone decides, ``auto`` taking CUDA where there is one."""
+    return "cuda" if choice == "cuda" or (choice == "auto" and cuda_name is not None) else "cpu"

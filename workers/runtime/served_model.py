@@ -10,7 +10,7 @@ from typing import Protocol
 import numpy as np
 
 from workers.runtime.batching import Scorer
-from workers.runtime.devices import DeviceMismatch, device_for_pool
+from workers.runtime.devices import DeviceMismatch, device_for_pool, stand_in_device
 from workers.runtime.models import ModelLoadError, ModelSpec, cuda_device_name, load_model
 
 
@@ -28,16 +28,20 @@ class NotLoaded:
         raise RuntimeError("no model loaded")
 
 
-async def load_served(spec: ModelSpec, accelerator: str = "cpu") -> ServedModel:
-    """Load the model on the device its pool's ``accelerator`` lends, or connect to the model
-    server and check it, off the event loop; ``ModelLoadError`` says why it cannot serve.
-    A model server's device is its own: the pool's accelerator names it, unchecked here."""
+async def load_served(spec: ModelSpec, accelerator: str = "cpu", *,
+                      stand_in: bool = False) -> ServedModel:
+    """Load the model on the device its pool's ``accelerator`` lends (``stand_in``: where
+    ``model.device`` says, see ``WorkerConfig.accelerator_stand_in``), or connect to the
+    model server and check it, off the event loop; ``ModelLoadError`` says why it cannot
+    serve. A model server's device is its own: the pool's accelerator names it, unchecked."""
     if spec.backend == "oip":
         from workers.runtime.oip import connect
 
         return await asyncio.to_thread(connect, spec)
+    seen = cuda_device_name()
     try:
-        device = device_for_pool(accelerator, spec.device, cuda_device_name())
+        device = (stand_in_device(spec.device, seen) if stand_in
+                  else device_for_pool(accelerator, spec.device, seen))
     except DeviceMismatch as exc:
         raise ModelLoadError(f"bad worker config: {exc}") from None
     return await asyncio.to_thread(load_model, spec.for_device(device))

@@ -112,7 +112,8 @@ class Worker:
         """Load the model, or connect to the model server and check it (off the event loop),
         then start the inference thread; ``ModelLoadError`` says why it cannot serve."""
         loaded = (model if model is not None
-                  else await load_served(self.config.model, self.config.accelerator))
+                  else await load_served(self.config.model, self.config.accelerator,
+                                         stand_in=self.config.accelerator_stand_in))
         self.admission.calibrate(getattr(loaded, "calibration", ()))
         self.batcher.size_for(device_type(loaded))
         self.batcher.scorer = loaded

@@ -10,7 +10,7 @@ import pytest
 
 from tests.unit.runtime.tiny import TINY
 from workers.runtime.config import ConfigError, load_config
-from workers.runtime.devices import DeviceMismatch, device_for_pool
+from workers.runtime.devices import DeviceMismatch, device_for_pool, stand_in_device
 from workers.runtime.models import ModelLoadError, ModelSpec, build_reference, export_onnx
 from workers.runtime.served_model import device_type, load_served
 
@@ -79,3 +79,12 @@ def test_a_missing_artifact_stops_the_worker_at_start_naming_it(tmp_path: Path) 
     with pytest.raises(ConfigError, match=r"`model.artifacts.cuda`: model file .* not exist"):
         load_config(None, {"worker_id": "w1",
                            "model.artifacts": {"cuda": str(tmp_path / "gone.pt2")}})
+
+
+def test_a_replica_standing_in_for_its_pools_accelerator_follows_model_device_alone() -> None:
+    assert stand_in_device("cpu", H100) == "cpu"
+    assert stand_in_device("auto", None) == "cpu"
+    assert stand_in_device("auto", H100) == "cuda"
+    spec = ModelSpec(name="baseline", config=TINY, device="cpu")
+    loaded = asyncio.run(load_served(spec, "a100", stand_in=True))
+    assert device_type(loaded) == "cpu"
