@@ -88,10 +88,14 @@ class ProcessFaults:
 
     def restart(self, name: str, env: dict[str, str] | None = None) -> WorkerProc:
         """A new process for worker ``name`` (the old one stopped or killed), started on the
-        spawner thread and pointed at by its proxy once ready."""
+        spawner thread and pointed at by its proxy once ready, or once it serves reclaimed: a
+        powerful replica restarted while a storm's notices for its pool were pending applies
+        them and serves baseline only from their deadline on, never ready (CI's fault suite
+        hung 180 s in such a restart, seed 7, a worker kill of p1 beside a notice storm)."""
         fleet = self.fleet
         worker = self._spawner.submit(
-            lambda: fleet.restart_worker(name, env=env, timeout_s=RESTART_TIMEOUT_S)).result()
+            lambda: fleet.restart_worker(name, env=env, timeout_s=RESTART_TIMEOUT_S,
+                                         draining_ok=True)).result()
         self.toxi.set_upstream(name, worker.port)
         return worker
 

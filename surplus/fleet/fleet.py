@@ -119,15 +119,16 @@ class Fleet:
         return worker
 
     def restart_worker(self, name: str, env: dict[str, str] | None = None,
-                       timeout_s: float = 60.0) -> WorkerProc:
+                       timeout_s: float = 60.0, *, draining_ok: bool = False) -> WorkerProc:
         """A new process for worker ``name`` (the old one stopped or killed before), on a new
-        port, with ``env`` added (e.g. its clock set off); returns it once ready."""
+        port, with ``env`` added (e.g. its clock set off); returns it once ready (or serving
+        while draining, with ``draining_ok``: see `WorkerProc.wait_ready`)."""
         old = self.workers[name]
         old.stop()
         tier, model = (("baseline", "baseline") if name.startswith("b")
                        else ("opportunistic", "powerful"))
         worker = self._worker(name, tier, model, env)
-        worker.wait_ready(timeout_s)
+        worker.wait_ready(timeout_s, draining_ok=draining_ok)
         return worker
     def baseline_workers(self) -> list[WorkerProc]:
         return [w for n, w in sorted(self.workers.items()) if n.startswith("b")]

@@ -185,13 +185,18 @@ class WorkerProc(Proc):
         except ValueError:
             return status, raw
 
-    def wait_ready(self, timeout_s: float = 60.0) -> float:
-        """Seconds until /readyz says ready (the model serves, targets were read)."""
+    def wait_ready(self, timeout_s: float = 60.0, *, draining_ok: bool = False) -> float:
+        """Seconds until /readyz says ready (the model serves, targets were read); with
+        ``draining_ok``, or until it serves while draining: a replica started while a reclaim
+        of its pool was pending applies it and stays reclaimed (baseline only, never ready)."""
         started = time.monotonic()
         while time.monotonic() - started < timeout_s:
             assert self.alive(), f"worker {self.name} died:\n{self.output()[-3000:]}"
             try:
-                if self.get("/readyz", timeout_s=1.0)[0] == 200:
+                status, body = self.get("/readyz", timeout_s=1.0)
+                if status == 200 or (draining_ok and isinstance(body, dict)
+                                     and "draining_until_ms" in body
+                                     and body.get("model") != "loading"):
                     return time.monotonic() - started
             except OSError:
                 pass
