@@ -105,7 +105,8 @@ class _Fleet:
     def grant(self, pool: str) -> None:
         self.granted.append(pool)
 
-    def restart_worker(self, name: str, env: Any = None, timeout_s: float = 0.0) -> _Worker:
+    def restart_worker(self, name: str, env: Any = None, timeout_s: float = 0.0, *,
+                       draining_ok: bool = False) -> _Worker:
         self.restarted.append(name)
         self.workers[name] = _Worker()
         return self.workers[name]
