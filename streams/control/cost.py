@@ -88,10 +88,13 @@ class CostModel:
                          per: Literal["units", "requests"] = "units") -> float:
         """Replica-seconds one unit (or one request with optional work: a powerful pool's
         whole requests) costs on ``model``'s pools, the prior of ``prior_per_s`` weighing in."""
-        cfg = self.config
         prior = 1.0 / prior_per_s
-        estimate = self._estimate(self._sums(model), prior, per)
-        return min(max(estimate, prior / cfg.cap_ratio), prior * cfg.cap_ratio)
+        return self._capped(self._estimate(self._sums(model), prior, per), prior)
+
+    def _capped(self, estimate: float, prior: float) -> float:
+        """Within ``cap_ratio`` of the prior either way."""
+        ratio = self.config.cap_ratio
+        return min(max(estimate, prior / ratio), prior * ratio)
 
     def speeds(self, model: str, accelerators: list[str], prior_per_s: float,
                per: Literal["units", "requests"] = "units") -> dict[str, float]:
@@ -103,7 +106,6 @@ class CostModel:
         Each type's cost is estimated with the pooled one as its prior (a type with no
         evidence of its own is the average, 1.0), within ``cap_ratio`` of it. A type that
         holds all of the model's evidence is the pooled cost itself: exactly 1.0."""
-        cfg = self.config
         total = self._sums(model)
         pooled = self.seconds_per_unit(model, prior_per_s, per)
         out: dict[str, float] = {}
@@ -112,9 +114,7 @@ class CostModel:
             if own.busy_s <= 0.0 or own.busy_s >= total.busy_s:
                 out[kind] = 1.0
                 continue
-            estimate = self._estimate(own, pooled, per)
-            estimate = min(max(estimate, pooled / cfg.cap_ratio), pooled * cfg.cap_ratio)
-            out[kind] = pooled / estimate
+            out[kind] = pooled / self._capped(self._estimate(own, pooled, per), pooled)
         return out
 
     def evidence_s(self, model: str) -> float:

@@ -64,6 +64,7 @@ def device_for_pool(accelerator: str, choice: str, cuda_name: str | None) -> Dev
 
 
 def stand_in_device(choice: str, cuda_name: str | None) -> Device:
-    """The device of a replica that stands in for its pool's accelerator (a test or staging
-    fleet): ``model.device`` alone decides, ``auto`` taking CUDA where there is one."""
+    """The device ``model.device`` alone gives, ``auto`` taking CUDA where there is one: a
+    replica that stands in for its pool's accelerator (a test or staging fleet), and a model
+    loaded outside any pool (`models.pick_device`)."""
     return "cuda" if choice == "cuda" or (choice == "auto" and cuda_name is not None) else "cpu"

@@ -49,6 +49,7 @@ from workers.features import (
     check_model_args,
     example_rows,
 )
+from workers.runtime.devices import stand_in_device
 from workers.runtime.oip_wire import OipSpec
 from workers.runtime.onnx_model import OnnxSession, check_graph, execution_device
 
@@ -313,9 +314,7 @@ def cuda_device_name() -> str | None:
 
 
 def pick_device(choice: str) -> torch.device:
-    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
-        return torch.device("cuda")
-    return torch.device("cpu")
+    return torch.device(stand_in_device(choice, cuda_device_name()))
 
 
 @dataclass
