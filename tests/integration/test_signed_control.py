@@ -112,10 +112,15 @@ def _until(what: Callable[[], bool], timeout_s: float, why: str) -> None:
         time.sleep(0.1)
 
 
-async def _until_async(what: Callable[[], bool], timeout_s: float, why: str) -> None:
+async def _until_async(what: Callable[[], bool], timeout_s: float,
+                       why: str | Callable[[], str]) -> None:
+    """Wait for ``what``; on timeout fail with ``why`` (called then, when it is a function, so
+    it tells the state at the timeout, not at the start) and every thread's stack."""
     deadline = time.monotonic() + timeout_s
     while not what():
-        assert time.monotonic() < deadline, f"{why}\n{_threads()}"
+        if time.monotonic() >= deadline:
+            reason = why() if callable(why) else why
+            raise AssertionError(f"{reason}\n{_threads()}")
         await asyncio.sleep(0.1)
 
 
@@ -214,10 +219,10 @@ async def test_forged_notices_capacity_targets_and_overrides_are_all_refused_and
                 return out
 
             await _until_async(lambda: worker_refused() >= 2 * len(FORGERIES), 30,
-                               f"the worker saw {worker_refused()} of the forgeries")
+                               lambda: f"the worker saw {worker_refused()} of the forgeries")
             await _until_async(
                 lambda: sum(client.summary()["targets"].get(r, 0) for r in REASON.values())
-                >= len(FORGERIES), 30, f"client saw {client.summary()['targets']}")
+                >= len(FORGERIES), 30, lambda: f"client saw {client.summary()['targets']}")
             control_samples: dict[str, float] = {}
 
             def control_refused() -> float:
@@ -225,7 +230,7 @@ async def test_forged_notices_capacity_targets_and_overrides_are_all_refused_and
                 return _count(control_samples, "surplus_control_rejected_total")
 
             await _until_async(lambda: control_refused() >= 3 * len(FORGERIES), 60,
-                               f"control plane refused {control_refused()}")
+                               lambda: f"control plane refused {control_refused()}")
 
             # None applied. The worker is not preempted and holds no forged targets (their
             # epochs are 100 and up; its telemetry gives the control plane a scope, so it may
@@ -258,9 +263,10 @@ async def test_forged_notices_capacity_targets_and_overrides_are_all_refused_and
             # Counted, not read off `draining_deadline_ms`: the control plane's next genuine
             # targets, issued after the notice, resume optional work and clear it again, which
             # on a loaded machine can happen between two looks (CI missed it once so).
-            def applied() -> float:
-                return _count(scrape_worker(), "surplus_worker_preemption_notices_total",
-                              path="kafka", outcome="applied")
+            def applied() -> float | None:
+                return worker.metrics.registry.get_sample_value(
+                    "surplus_worker_preemption_notices_total",
+                    {"path": "kafka", "outcome": "applied"})
 
             def notices() -> dict[str, float]:
                 return {k: v for k, v in scrape_worker().items()
@@ -268,7 +274,7 @@ async def test_forged_notices_capacity_targets_and_overrides_are_all_refused_and
                                          "surplus_worker_kafka_"))}
 
             await _until_async(lambda: applied() == 1, 60,
-                               f"a genuine notice was not applied: {notices()}")
+                               lambda: f"a genuine notice was not applied: {notices()}")
 
     reader = TopicReader(kafka, "deadletter")
     reader.poll(3.0)
