@@ -65,8 +65,9 @@ class ClientConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     #: Share of requests (by request-id hash) in the randomized holdout: no optional work, so
     #: the control plane can measure the lift of the rest against them.
     holdout_fraction: Annotated[float, Meta(ge=0.0, le=0.5)] = 0.01
-    #: A replica that refused a connection or dropped one mid-request is skipped this long
-    #: (while another replica of its pool is left).
+    #: A replica that refused a connection or dropped one mid-request, or a powerful one that
+    #: did not answer within the powerful wait (frozen, swamped), is skipped this long (while
+    #: another replica of its pool is left).
     replica_down_s: Annotated[float, Meta(ge=0.0, le=600.0)] = 1.0
     #: How requests travel to the workers: ``msgpack`` (candidates as raw numpy columns: a
     #: worker turns 2,000 into the model's arrays in 40 us where JSON takes 1.3 ms, from a body

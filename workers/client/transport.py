@@ -62,8 +62,9 @@ class Transport:
         :param pools: the fixed base URLs of each pool (with membership: the fallback while
             the replicas topic names no live replica of that pool).
         :param encoding: the request bodies' encoding (`workers.wire`).
-        :param replica_down_s: how long a replica that refused or dropped a connection, or
-            said it is not ready, is skipped while another of its pool is left.
+        :param replica_down_s: how long a replica that refused or dropped a connection, said
+            it is not ready, or (powerful) did not answer within the powerful wait, is
+            skipped while another of its pool is left.
         :param membership: the live set from the replicas topic, or None for fixed pools.
         :param clock: wall-clock milliseconds, for the membership's leases.
         """
@@ -107,15 +108,17 @@ class Transport:
 
     def mark_down(self, url: str, seconds: float) -> None:
         """Skip a replica (its rank URL, `CallFailed.url`) for `seconds`, while another of its
-        pool is left: one that a hedge on another replica beat (`baseline_retry`)."""
+        pool is left: one that a hedge on another replica beat (`baseline_retry`), or a
+        powerful one that did not answer within the powerful wait."""
         if seconds > 0.0:
             self._down_until[url] = max(self._down_until.get(url, 0.0),
                                         time.perf_counter() + seconds)
 
     def pick(self, model: Model, avoid: Collection[str] = ()) -> str | None:
         """The next replica of a pool in turn (None: the pool has none), skipping ones that
-        just failed to connect, said they are not ready or lost a hedge (while another is
-        left): a dead, starting, draining or frozen replica costs one call per skip time.
+        just failed to connect, said they are not ready, lost a hedge or (powerful) timed out
+        (while another is left): a dead, starting, draining or frozen replica costs one call
+        per skip time.
         Replicas in `avoid` (tried already for this request) come after every other."""
         urls = self.pool_urls(model)
         if not urls:
@@ -167,6 +170,11 @@ class Transport:
                 content_type = http.headers.get("content-type")
             response = decode_rank_response(payload, content_type)
         except TimeoutError:
+            if model == "powerful":
+                # No answer within the whole powerful wait: frozen or swamped. The next
+                # requests try another replica for a while, so a stall costs the calls in
+                # flight on it and one a skip time, not every request routed to it.
+                self.mark_down(url, self._replica_down_s)
             raise CallFailed("timeout", url) from None
         except ContractError:
             raise CallFailed("bad_response", url) from None

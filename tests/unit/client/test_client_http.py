@@ -92,6 +92,29 @@ async def test_slow_powerful_pool_falls_back_to_baseline_within_the_deadline(poo
     assert client.summary()["client_shed"] == {"powerful": {"cuts": 1, "timeout": 1}}
 
 
+async def test_a_powerful_replica_that_timed_out_is_skipped_while_another_serves(
+        pools: Pools) -> None:
+    baseline, frozen, base_url, frozen_url = pools
+    frozen.delay_s = 1.0
+    healthy = Worker("powerful")
+    server = await serve(healthy)
+    config = ClientConfig(scope="eu1", baseline_urls=[base_url],
+                          powerful_urls=[frozen_url, str(server.make_url("")).rstrip("/")],
+                          router=RouterConfig(explore_rate=0.0), holdout_fraction=0.0,
+                          powerful_deadline_share=0.5, replica_down_s=60.0,
+                          shed=ShedConfig(error_factor=1.0))    # coverage stays whole
+    client = RankingClient(config)
+    client.apply_targets(targets(coverage=1.0, extra=0, budget=1e9,
+                                 issued_at_ms=client._clock()))
+    try:
+        async with client:
+            results = [await _rank(client, deadline_ms=100.0) for _ in range(4)]
+    finally:
+        await server.close()
+    assert [r.fell_back for r in results] == ["timeout", None, None, None]
+    assert len(frozen.seen) == 1 and len(healthy.seen) == 3 and len(baseline.seen) == 1
+
+
 async def test_failing_powerful_pool_cuts_its_own_allowance_not_the_ranking_pools(
         pools: Pools) -> None:
     _, powerful, base_url, power_url = pools
