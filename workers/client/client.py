@@ -222,13 +222,11 @@ class RankingClient:
                               candidates=list(candidates[:base_count + decision.extra]),
                               base_count=base_count, gain=decision.gain)
         fell_back = None
-        response: RankResponse | None = None
         if decision.model == "powerful":
-            response, fell_back = await self._calls.powerful(request, deadline, decision.extra,
-                                                             features)
-        if response is None:
-            response = await self._calls.baseline(request, started, fell_back is not None,
-                                                  features)
+            response, fell_back = await self._calls.powerful(request, started, deadline,
+                                                             decision.extra, features)
+        else:
+            response = await self._calls.baseline(request, started, False, features)
         return self._finish(request, response, decision, fell_back, started, offered)
 
     def _finish(self, request: RankRequest, response: RankResponse, decision: Decision,

@@ -10,6 +10,7 @@ from msgspec import Meta
 from workers.policy.baseline_retry import RetryConfig
 from workers.policy.client_shed import ShedConfig
 from workers.policy.membership import MembershipLimits
+from workers.policy.powerful_hedge import HedgeConfig
 from workers.policy.routing import RouterConfig
 from workers.policy.targets import LocalLimits
 
@@ -44,6 +45,10 @@ class ClientConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     #: budget, and a replica the hedge beat skipped for a while
     #: (`workers.policy.baseline_retry`).
     baseline_retry: RetryConfig = RetryConfig()
+    #: A powerful call late by the pool's measured latency (a multiple of its recent p99) is
+    #: hedged on the baseline pool, within a hedge budget; the first answer serves
+    #: (`workers.policy.powerful_hedge`).
+    powerful_hedge: HedgeConfig = HedgeConfig()
     #: This client's share of the fleet's RMA budget (e.g. 1 / number of client instances).
     rma_budget_share: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
     #: Seconds of RMA budget the bucket may bank.

@@ -13,12 +13,11 @@ hedge answered sooner than the first call's head start) is skipped for ``down_s`
 requests avoid it, so a freeze costs the requests in flight on it, plus one a skip time.
 
 Hedging must not send an overloaded pool, where every replica is slow, twice its work. Hedges
-are paid from a budget (as gRPC's and Finagle's retry budgets): each baseline request adds
+are paid from a budget (`workers.policy.hedge_budget`): each baseline request adds
 ``budget_ratio`` of a hedge, banked up to ``budget_burst``, and each hedge takes one; with the
-budget spent a slow call is simply waited for, as before hedging. So hedges number at most
-``budget_burst + budget_ratio * requests``. And where every replica is slow, the first call
-answers before the hedge does, so no replica is skipped: a pool slow everywhere is not emptied
-by its own hedges.
+budget spent a slow call is simply waited for, as before hedging. And where every replica is
+slow, the first call answers before the hedge does, so no replica is skipped: a pool slow
+everywhere is not emptied by its own hedges.
 
 Pure: no clock and no I/O; the client (`workers.client.client`) times the calls.
 """
@@ -29,6 +28,8 @@ from typing import Annotated
 
 import msgspec
 from msgspec import Meta
+
+from workers.policy.hedge_budget import HedgeBudget
 
 
 class RetryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -61,12 +62,11 @@ class BaselineRetry:
         """
         self.config = config
         self.hung_ms = hung_ms
-        #: Hedges banked.
-        self.tokens = config.budget_burst
+        self.budget = HedgeBudget(config.budget_ratio, config.budget_burst)
 
     def request(self) -> None:
         """A baseline request starts: it adds `budget_ratio` of a hedge to the budget."""
-        self.tokens = min(self.config.budget_burst, self.tokens + self.config.budget_ratio)
+        self.budget.earn()
 
     def hedge_after_ms(self, left_ms: float, others_left: int) -> float | None:
         """How long a call is waited for before the request is hedged.
@@ -84,10 +84,7 @@ class BaselineRetry:
     def take_hedge(self) -> bool:
         """A call was waited for `hedge_after_ms`: hedge now? Yes while the budget holds one,
         which it takes."""
-        if self.tokens < 1.0:
-            return False
-        self.tokens -= 1.0
-        return True
+        return self.budget.spend()
 
     def skip_s(self, head_start_ms: float, answered_ms: float) -> float:
         """Seconds to skip the replica a hedge beat (0: do not). `head_start_ms`: how long

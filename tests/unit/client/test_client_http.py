@@ -16,6 +16,7 @@ from workers.api import Candidate
 from workers.client.client import RankingClient, RankingError, RankResult, top_score_value
 from workers.client.config import ClientConfig
 from workers.policy.client_shed import ShedConfig
+from workers.policy.powerful_hedge import HedgeConfig
 from workers.policy.routing import RouterConfig
 
 CANDIDATES = [Candidate(id=i, sparse=[i], prior=i / 10) for i in range(10)]
@@ -113,6 +114,41 @@ async def test_a_powerful_replica_that_timed_out_is_skipped_while_another_serves
         await server.close()
     assert [r.fell_back for r in results] == ["timeout", None, None, None]
     assert len(frozen.seen) == 1 and len(healthy.seen) == 3 and len(baseline.seen) == 1
+
+
+def _hedging_client(base_url: str, power_url: str) -> RankingClient:
+    """A client that measures the powerful pool over 10 answers, and waits for it up to 1 s
+    (of a 2 s deadline): long enough that no load on the machine decides these tests."""
+    return _client(base_url, power_url, powerful_deadline_share=0.5,
+                   powerful_hedge=HedgeConfig(window_answers=10, min_wait_ms=20.0))
+
+
+async def test_a_late_powerful_call_is_hedged_on_the_baseline_pool_which_serves_it(
+        pools: Pools) -> None:
+    baseline, powerful, base_url, power_url = pools
+    async with _hedging_client(base_url, power_url) as client:
+        for _ in range(10):     # the pool's latency, measured
+            assert (await _rank(client, deadline_ms=2000.0)).fell_back is None
+        powerful.delay_s = 5.0  # then it stalls
+        result = await _rank(client, deadline_ms=2000.0)
+    assert result.response.model == "baseline" and result.fell_back == "late"
+    assert result.latency_ms < 1000.0           # not the whole powerful wait
+    assert len(baseline.seen[0].candidates) == 3    # baseline work only, as a fallback's
+    counters = client.summary()["decisions"]
+    assert counters["powerful_hedge"] == {"late": 1} and counters["fallback"] == {"late": 1}
+    assert client.summary()["client_shed"]["powerful"]["late"] == 1
+
+
+async def test_a_powerful_answer_that_beats_its_hedge_serves_the_request(pools: Pools) -> None:
+    baseline, powerful, base_url, power_url = pools
+    async with _hedging_client(base_url, power_url) as client:
+        for _ in range(10):
+            await _rank(client, deadline_ms=2000.0)
+        powerful.delay_s, baseline.delay_s = 0.1, 0.9   # late, but sooner than its hedge
+        result = await _rank(client, deadline_ms=2000.0)
+    assert result.response.model == "powerful" and result.fell_back is None
+    counters = client.summary()["decisions"]
+    assert counters["powerful_hedge"] == {"late": 1} and "fallback" not in counters
 
 
 async def test_failing_powerful_pool_cuts_its_own_allowance_not_the_ranking_pools(
