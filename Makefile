@@ -249,11 +249,25 @@ $(MLSERVER_STAMP): infra/mlserver/requirements.txt
 	$(MLSERVER_VENV)/bin/pip install -q -r infra/mlserver/requirements.txt
 	touch $@
 
-# The fault suite runs in a session of its own (a fresh broker, its figures printed last).
+# The simulator's scenario tests (virtual time and seeded draws: no timer, socket or broker
+# decides their outcome) run beside the live suite, in a session of their own at the lowest CPU
+# priority: they take the CPU the live tests leave idle while those wait on brokers, processes
+# and timers, and yield it whenever a live test wants it (nice 19 weighs 15 against 1,024).
+# Their report follows the live suite's. The fault suite runs after both, in a session of its
+# own (a fresh broker, its figures printed last).
+SIM_TESTS := tests/scenarios
 test: setup $(TOXIPROXY) $(AEMM) promtool kcat docs mlserver
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q -m "not faults and not helm and not gpu"
+	@log=$$(mktemp) base=$$(mktemp -d); \
+	nice -n 19 $(BIN)/pytest -q -p no:cacheprovider --basetemp=$$base -m "not gpu" \
+	  $(SIM_TESTS) >$$log 2>&1 & sim=$$!; \
+	trap 'kill $$sim 2>/dev/null; rm -rf $$log $$base' EXIT; \
+	echo "$(SIM_TESTS): running beside the live suite (nice 19), reported after it"; \
+	$(BIN)/pytest -q -m "not faults and not helm and not gpu" --ignore=$(SIM_TESTS); live=$$?; \
+	wait $$sim; simulated=$$?; \
+	echo "--- $(SIM_TESTS), run beside the live suite (exit $$simulated):"; cat $$log; \
+	test $$live -eq 0 && test $$simulated -eq 0
 	$(BIN)/pytest -q -m faults
 
 test-faults: setup $(TOXIPROXY) kcat
