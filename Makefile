@@ -64,19 +64,22 @@ prereqs:
 	@$(PREREQS) python "$(PY)" java mvn go $(GO_TEST_MIN) promtool $(PROMTOOL)
 	@echo "prerequisites: $(PY) ($$($(PY) --version 2>&1)), java, mvn, go, $(PROMTOOL) found"
 
-# Every extra plus the test and docs tools (PEP 735 groups, pip 25.1+), at the versions
-# requirements.lock pins.
-$(STAMP): pyproject.toml requirements.lock
+# Every extra plus the test and docs tools (PEP 735 groups), at the versions requirements.lock
+# pins, installed by uv: it links the files from its cache instead of unpacking each wheel
+# again, so a second virtualenv (CI's other Python, `.venv-other`) takes seconds, not the
+# minutes pip spends on torch's 6 GB. The venv keeps its own pip for those who use it.
+$(STAMP): pyproject.toml requirements.lock | $(UV)
 	@test -x $(BIN)/python || $(PREREQS) python "$(PY)"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	@if [ -n "$(TORCH_CPU_INDEX)" ] && ! nvidia-smi -L >/dev/null 2>&1 \
 	    && ! $(BIN)/python -c 'import torch' >/dev/null 2>&1; then \
 	  echo "no NVIDIA GPU: torch $(TORCH_VERSION), CPU build, from $(TORCH_CPU_INDEX)"; \
-	  $(BIN)/pip install -q --no-deps --timeout 20 --retries 1 --index-url $(TORCH_CPU_INDEX) \
-	    "torch==$(TORCH_VERSION)" \
+	  UV_HTTP_TIMEOUT=20 $(UV) pip install -q --python $(BIN)/python --no-deps \
+	    --index-url $(TORCH_CPU_INDEX) "torch==$(TORCH_VERSION)" \
 	  || echo "$(TORCH_CPU_INDEX) did not serve it: PyPI's torch, the CUDA build, run on the CPU"; fi
-	$(BIN)/pip install -q -c requirements.lock -e '.[all]' --group test --group docs
+	$(UV) pip install -q --python $(BIN)/python -c requirements.lock -e '.[all]' \
+	  --group test --group docs
 	touch $(STAMP)
 
 # Re-resolve requirements.lock after a change to pyproject's ranges; pins already in it are kept
