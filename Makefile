@@ -102,7 +102,7 @@ test-client-install: $(STAMP)
 # The wheel of this checkout (its version from git) installs into a clean venv with each extra,
 # passes pip check and imports what the extra is for (EXTRAS="client control" to choose).
 test-wheel: $(STAMP)
-	infra/dev/check-wheel.sh $(BIN)/python $(EXTRAS)
+	UV=$(UV) infra/dev/check-wheel.sh $(BIN)/python $(EXTRAS)
 
 $(JARS): infra/kafka/pom.xml $(STAMP)
 	@$(PREREQS) java mvn

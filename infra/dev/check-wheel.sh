@@ -3,6 +3,8 @@
 # requirements.lock pins, passes `pip check`, prints its version, and imports what the extra is
 # for (`make test-wheel`, run by .ci/run). Usage: check-wheel.sh PYTHON [EXTRA...]
 # (default: every extra). Each venv is removed once checked; worker and all hold torch (~6 GB).
+# With UV set (the Makefile's), uv makes each venv (with pip, for `pip check`) and installs the
+# wheel: it links torch from its cache where pip would unpack 6 GB again for each extra.
 set -euo pipefail
 py=${1:?python to build and install with}; shift
 extras=("$@"); [ ${#extras[@]} -gt 0 ] || extras=(client worker control report all)
@@ -26,8 +28,13 @@ for extra in "${extras[@]}"; do
   code=$(imports "$extra")
   venv=$out/venv-$extra
   t0=$SECONDS
-  "$py" -m venv "$venv"
-  "$venv/bin/pip" install -q -c requirements.lock "$wheel[$extra]"
+  if [ -n "${UV:-}" ]; then
+    "$UV" venv -q --seed -p "$py" "$venv"
+    "$UV" pip install -q --python "$venv/bin/python" -c requirements.lock "$wheel[$extra]"
+  else
+    "$py" -m venv "$venv"
+    "$venv/bin/pip" install -q -c requirements.lock "$wheel[$extra]"
+  fi
   "$venv/bin/pip" check >/dev/null || { "$venv/bin/pip" check; exit 1; }
   version=$("$venv/bin/surplus" --version)
   (cd "$out" && "$OLDPWD/$venv/bin/python" -c "$code")  # away from the source tree
