@@ -92,6 +92,10 @@ class PoolCalls:
                 response = await call
             except CallFailed as failed:
                 self._fell_back(failed.reason, extra)
+                if failed.reason == "timeout" and url is not None:
+                    # No answer within the whole wait: frozen or swamped. The next requests
+                    # try another replica for a while, not each the whole wait.
+                    self.transport.mark_down(url, self.config.replica_down_s)
                 if hedge is None:
                     return await self.baseline(request, started, True, features), failed.reason
                 return await hedge, failed.reason

@@ -62,9 +62,8 @@ class Transport:
         :param pools: the fixed base URLs of each pool (with membership: the fallback while
             the replicas topic names no live replica of that pool).
         :param encoding: the request bodies' encoding (`workers.wire`).
-        :param replica_down_s: how long a replica that refused or dropped a connection, said
-            it is not ready, or (powerful) did not answer within the powerful wait, is
-            skipped while another of its pool is left.
+        :param replica_down_s: how long a replica that refused or dropped a connection, or
+            said it is not ready, is skipped while another of its pool is left.
         :param membership: the live set from the replicas topic, or None for fixed pools.
         :param clock: wall-clock milliseconds, for the membership's leases.
         """
@@ -170,11 +169,6 @@ class Transport:
                 content_type = http.headers.get("content-type")
             response = decode_rank_response(payload, content_type)
         except TimeoutError:
-            if model == "powerful":
-                # No answer within the whole powerful wait: frozen or swamped. The next
-                # requests try another replica for a while, so a stall costs the calls in
-                # flight on it and one a skip time, not every request routed to it.
-                self.mark_down(url, self._replica_down_s)
             raise CallFailed("timeout", url) from None
         except ContractError:
             raise CallFailed("bad_response", url) from None
