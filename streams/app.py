@@ -78,6 +78,7 @@ def create_app(kafka: KafkaSettings | None = None, settings: ControlPlaneSetting
         broker_heartbeat_interval=min(1.0, settings.session_timeout_s / 3),
         producer_linger=0.0,
         consumer_group_instance_id=settings.instance_id,
+        consumer_metadata_max_age_ms=int(settings.metadata_max_age_s * 1000),
         # Keeps Faust's own partition assignor (co-partitioned assignment, assigned_actives);
         # with no tables and no standbys Faust falls back to round-robin.
         table_standby_replicas=1,
