@@ -54,7 +54,8 @@ RESPONSE = RankResponse(request_id="r1", model="baseline", scores=[0.1, 0.2], sc
 def _names_the_problem(message: str) -> bool:
     return bool(NAMED.search(message)) or any(s in message for s in (
         "malformed JSON", "nested too deeply", "exceeds the", "unknown schema version",
-        "unknown API version", "Expected `"))
+        "unknown API version", "Expected `",
+        "unknown field `"))  # names it, though a field named ` reads as ```
 
 
 def _decodes_or_explains(decoder: Any, payload: bytes, type_name: str) -> Any:
