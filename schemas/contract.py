@@ -41,7 +41,11 @@ SCHEMA_VERSION = 2
 #: (`SAMPLED_VERSION`); a client logging every decision writes exactly what it wrote before,
 #: and an older control plane refuses a sampled record by version rather than read it as
 #: the whole traffic (readers upgrade first, then clients start sampling).
-READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9})
+#: v10 added a WindowReport's ``extras_room``: the most extra candidates one request could
+#: have carried at its admission in the window. Only reports that carry it are v10
+#: (`ROOM_VERSION`), so an older control plane refuses those rather than read a report it
+#: would plan past (control plane first, then workers).
+READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
 OPERATOR_VERSION = 3
 DECISION_VERSION = 4
 POWERFUL_EXTRA_VERSION = 5
@@ -49,6 +53,7 @@ SUPPLY_VERSION = 6
 REPLICA_GRANT_VERSION = 7
 SIGNED_VERSION = 8
 SAMPLED_VERSION = 9
+ROOM_VERSION = 10
 
 NonNegInt = Annotated[int, Meta(ge=0)]
 NonNegFloat = Annotated[float, Meta(ge=0.0)]
@@ -138,6 +143,16 @@ class WindowReport(Event, frozen=True, kw_only=True):
     """Units (candidates) scored in the window, baseline and optional: what ``busy_s`` paid for."""
     optional_requests_done: NonNegInt = 0
     """Requests with optional work done (RMA extras, or whole SBM requests on ``powerful``)."""
+    extras_room: NonNegInt | UnsetType = UNSET
+    """v10: the most extra candidates one request could have kept at its admission in the
+    window (what fitted under the queue bound then, whatever it asked for; a whole request's
+    beyond its base). A target past it is trimmed on every request. Unset: no request
+    carried extras to measure it on."""
+
+    def __post_init__(self) -> None:
+        if self.extras_room is not UNSET and self.v < ROOM_VERSION:
+            raise ValueError(f"`extras_room` is a v{ROOM_VERSION} field: a report that "
+                             f"carries it is written as v{ROOM_VERSION}")
 
 
 class CapacityEvent(Event, frozen=True, kw_only=True):
@@ -455,9 +470,9 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 
 __all__ = [
     "DECISION_VERSION", "EVENT_TYPES", "LIMIT_REASONS", "OPERATOR_VERSION",
-    "POWERFUL_EXTRA_VERSION", "READABLE_VERSIONS", "REPLICA_GRANT_VERSION", "SAMPLED_VERSION",
-    "SCHEMA_VERSION", "SHED_REASONS", "SIGNED_VERSION", "SUPPLY_VERSION", "CapacityEvent",
-    "ControlTargets",
+    "POWERFUL_EXTRA_VERSION", "READABLE_VERSIONS", "REPLICA_GRANT_VERSION", "ROOM_VERSION",
+    "SAMPLED_VERSION", "SCHEMA_VERSION", "SHED_REASONS", "SIGNED_VERSION", "SUPPLY_VERSION",
+    "CapacityEvent", "ControlTargets",
     "DeadLetter", "Event", "KeyId", "LatencySketch", "LiftEstimate", "LiftReport",
     "LimitReason", "ModelKind", "OperatorOverride", "OutcomeLabel", "PreemptionNotice",
     "ReplicaAnnouncement", "ReplicaState", "RmaTarget", "RoutingOutcome", "SbmTarget",

@@ -58,6 +58,7 @@ from sim.messages import (
     TargetsArrive,
 )
 from sim.metrics import Metrics
+from sim.overload import excused, overload_shares
 from sim.requests import RequestPath
 from sim.scenario import RegionConfig, Scenario
 from sim.schedule import CAPACITY_STREAM
@@ -98,6 +99,10 @@ class Simulation:
         self.targets_by_reason: dict[str, int] = {}
         self.effective: dict[str, ControlTargets] = {}
         self.regions: dict[str, RegionState] = {}
+        #: Per region, (overload units shed, optional units done) so far, once a second.
+        self._seconds: dict[str, list[tuple[int, int]]] = {}
+        #: Per region, the seconds (from the start) a notice reached its replicas in.
+        self._notice_seconds: dict[str, set[int]] = {}
         self.log: EventLogWriter | None = None
         self.metrics: Metrics | None = None
         self.events_published = 0
@@ -246,6 +251,8 @@ class Simulation:
         self.capacity.account(t, end)
         self.requests.outcomes(end)
         self.requests.deliver_labels(end)
+        if (end - self.t0) // 1000 > (t - self.t0) // 1000:
+            self._per_second()
         if not (end - self.t0) % self.sc.sla_window_ms:
             self._close_windows(end)
 
@@ -279,6 +286,7 @@ class Simulation:
     def _deliver_notice(self, notice: PreemptionNotice, now: int) -> None:
         state = self.regions[notice.region]
         assert self.metrics is not None
+        self._notice_seconds.setdefault(notice.region, set()).add((now - self.t0) // 1000)
         for worker in state.workers():
             if worker.preempt(notice, now) == "applied":
                 self.metrics.notice_applied(notice.ts_ms, float(now))
@@ -296,6 +304,29 @@ class Simulation:
                 coverage=targets.sbm.coverage if targets else 0.0,
                 opportunistic_replicas=replicas, shed_total=shed)
 
+    def _per_second(self) -> None:
+        """Each region's overload sheds and optional units done so far, once a second (what
+        ``sim.overload`` judges against the seconds a burst or a notice excuses)."""
+        assert self.metrics is not None
+        for name in self.regions:
+            shed = self.capacity.shed(name).get("overload", 0)
+            done = self.metrics.regions[name].optional_done
+            self._seconds.setdefault(name, []).append((shed, done))
+
+    def _overload_summary(self) -> dict[str, float | None]:
+        shed, done, excused_s = [], [], []
+        for name, state in sorted(self.regions.items()):
+            totals = np.array([(0, 0), *self._seconds.get(name, [])], dtype=float)
+            per_s = np.diff(totals, axis=0)
+            seconds = (np.arange(len(state.arrivals)) * self.step_ms) // 1000
+            arrivals = np.bincount(seconds, weights=state.arrivals)[:len(per_s)]
+            notices = sorted(self._notice_seconds.get(name, set()))
+            shed.append(per_s[:, 0])
+            done.append(per_s[:, 1])
+            excused_s.append(excused(arrivals, notices))
+        return overload_shares(np.concatenate(shed), np.concatenate(done),
+                               np.concatenate(excused_s))
+
     # -- summary -----------------------------------------------------------------------------
 
     def _summary(self) -> dict[str, Any]:
@@ -304,6 +335,7 @@ class Simulation:
         shed = self.capacity.shed()
         summary["optional_units_shed"] = dict(sorted(shed.items()))
         summary["optional_units_shed_total"] = sum(shed.values())
+        summary.update(self._overload_summary())
         summary["targets_by_reason"] = dict(sorted(self.targets_by_reason.items()))
         summary["clients"] = {name: state.client.counters()
                               for name, state in sorted(self.regions.items())}

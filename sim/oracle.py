@@ -105,6 +105,8 @@ def _summary(rows: list[dict[str, str]], picks: dict[str, int]) -> dict[str, Any
         "max_notice_to_shed_ms": None,
         "optional_units_done": sum(int(r["optional_units_done"]) for r in rows),
         "e2e_p99_ms": None,
+        "overload_shed_share": None,           # per-second sheds: not in the windows it joins
+        "overload_shed_share_steady": None,
         "oracle": {"picks": dict(sorted(picks.items(), key=lambda kv: (-kv[1], kv[0]))),
                    "assumes": "independent windows, the static grid's settings, the max of "
                               "each window's value (see sim/oracle.py)"},

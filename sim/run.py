@@ -27,7 +27,8 @@ from streams.replay_output import dump_json
 
 HEADLINE = ("windows", "baseline_sla_violation_windows", "baseline_requests_rejected",
             "opportunistic_utilization", "incremental_value", "optional_units_shed_total",
-            "max_notice_to_shed_ms", "optional_units_done", "e2e_p99_ms")
+            "max_notice_to_shed_ms", "optional_units_done", "e2e_p99_ms",
+            "overload_shed_share", "overload_shed_share_steady")
 
 
 def simulate(scenario: str | Path, controller: str, out_dir: str | Path, *,

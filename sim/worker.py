@@ -385,7 +385,8 @@ class SimWorker:
         """Close the telemetry window (what the live worker publishes every interval)."""
         self.advance(now)
         totals = LoadTotals.of(self.admission.state(now), self.rows_done,
-                               self.server.busy_ms / 1000.0, self.replicas)
+                               self.server.busy_ms / 1000.0, self.replicas,
+                               extras_room=self.admission.take_room())
         return self._window.close(now, totals)
 
 

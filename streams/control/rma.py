@@ -35,6 +35,7 @@ from streams.control.windows import (
     MIN_UTILISATION,
     TRIM_TOLERANCE,
     WindowStats,
+    extras_room,
     overload_per_request,
 )
 
@@ -67,6 +68,9 @@ class RmaState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     ``RmaPolicy.served_cap``)."""
     issued: int = 0
     """The extra candidates of the last target issued."""
+    room: int | None = None
+    """The most extra candidates one request could carry on a ranking replica, last period
+    (``WindowStats.extras_room``; None: not measured)."""
 
 
 class CandidateSupply:
@@ -158,6 +162,7 @@ class RmaPolicy:
         self._held = state.held
         self._served = state.served
         self._issued = state.issued
+        self._room = state.room
         self.last_p99_ms: float | None = None
         #: Requests/s the last cap spread the budget over (see ``cap``).
         self.spread_rate = 0.0
@@ -246,6 +251,11 @@ class RmaPolicy:
             self._slow_start(p99, before, high)
             self._restore(high)
         target = self._target(budget, high)
+        room = self._room = self._room if surging else extras_room(stats, "baseline")
+        if room is not None and target.extra_candidates > room:
+            target = msgspec.structs.replace(target, extra_candidates=room)
+        if room is not None and (served is None or room < served):
+            served = room
         self._issued = target.extra_candidates
         self.limited_by = self._limit(target.extra_candidates, budget_high,
                                       self.config.setpoint_ms if stepped else p99, ceiling,
@@ -339,4 +349,4 @@ class RmaPolicy:
     @property
     def state(self) -> RmaState:
         return RmaState(pid=self.pid.state, rates=list(self._rates), held=self._held,
-                        served=self._served, issued=self._issued)
+                        served=self._served, issued=self._issued, room=self._room)

@@ -36,6 +36,7 @@ from streams.control.windows import (
     MIN_UTILISATION,
     TRIM_TOLERANCE,
     WindowStats,
+    extras_room,
     overload_per_request,
 )
 
@@ -150,6 +151,7 @@ class SbmPolicy:
             wanted, why = self.coverage + self._increase(max(judged)), "sla"
             self._regrow_extra(rma_extra, powerful_room(stats, cfg.headroom),
                                overload_per_request(stats, "powerful", "opportunistic"))
+            self._hold_extra_to_room(extras_room(stats, "powerful"), rma_extra)
         if ceiling is not None:
             cap, why = min(cap, ceiling), "hold"
         if self._held > wanted and why == "sla":
@@ -213,6 +215,14 @@ class SbmPolicy:
         else:
             grown = max(current + 1, math.ceil(current * EXTRA_REGROWTH))
         self.extra_cap = None if grown >= rma_extra else grown
+
+    def _hold_extra_to_room(self, room: int | None, rma_extra: int) -> None:
+        """No covered request carries more extras than one could keep on a powerful replica
+        (``WindowStats.extras_room``): past that every request is trimmed to it, whatever the
+        room the replicas have in units/s says."""
+        if room is not None and room < rma_extra and (self.extra_cap is None
+                                                      or self.extra_cap > room):
+            self.extra_cap = room
 
     def _increase(self, p99_ms: float) -> float:
         """How far coverage may rise this period. Far under the SLA it grows by a ratio (slow

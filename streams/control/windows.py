@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 import msgspec
+from msgspec import UNSET
 
 from schemas.contract import LatencySketch, WindowReport
 from schemas.sketch import DEFAULT_RELATIVE_ACCURACY, SketchMerger
@@ -70,6 +71,9 @@ class WindowStats(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     """Optional units shed per second for ``overload``: extras trimmed to what fits under the
     queue bound at admission, and queued optional work shed as the queue grew. What the
     targets sent and the replicas could not serve."""
+    extras_room: int | None = None
+    """The most extra candidates one request could have kept on any of the pool's replicas
+    over the period (``WindowReport.extras_room``); None when no report says."""
 
 
 #: Share of the extras a target sends that replicas may shed for overload (trimmed to what fits
@@ -92,11 +96,19 @@ def overload_per_request(stats: list[WindowStats], model: str,
     return sum(w.overload_shed_rate for w in pools) / rate
 
 
+def extras_room(stats: list[WindowStats], model: str) -> int | None:
+    """The most extra candidates one request could have kept on any replica of ``model``'s
+    pools this period: a target past it is trimmed on every request it sends. None when no
+    pool says (no request carried extras)."""
+    rooms = [w.extras_room for w in stats if w.model == model and w.extras_room is not None]
+    return max(rooms) if rooms else None
+
+
 class LatencyWindow:
     """Accumulates one pool's reports; ``close`` returns the stats and starts a new period."""
 
     __slots__ = ("_accuracy", "_capacity", "_first_start", "_held", "_last_end", "_merger",
-                 "_util", "accelerator",
+                 "_room", "_util", "accelerator",
                  "baseline", "busy", "done", "min_samples", "model", "opened_ms",
                  "optional_requests", "overload", "pool_id", "region", "reports", "requests",
                  "shed", "silent_periods", "tier", "units")
@@ -130,6 +142,7 @@ class LatencyWindow:
         self.reports = self.requests = self.baseline = self.done = self.shed = 0
         self.units = self.optional_requests = self.overload = 0
         self._util = self.busy = 0.0
+        self._room: int | None = None
         self._first_start = math.inf
         self._last_end = -math.inf
         self._capacity.clear()
@@ -163,6 +176,9 @@ class LatencyWindow:
         self.units += report.units_done
         self.optional_requests += report.optional_requests_done
         self._capacity[report.worker_id] = report.capacity_rps
+        room = report.extras_room
+        if room is not UNSET and (self._room is None or room > self._room):
+            self._room = room
         if report.window_start_ms < self._first_start:
             self._first_start = report.window_start_ms
         if report.window_end_ms > self._last_end:
@@ -200,7 +216,7 @@ class LatencyWindow:
             capacity_rps=capacity, enough_samples=samples >= self.min_samples,
             busy_s=self.busy, units_done=self.units,
             optional_requests_done=self.optional_requests, units_rate=self.units * per_s,
-            overload_shed_rate=self.overload * per_s)
+            overload_shed_rate=self.overload * per_s, extras_room=self._room)
         self.silent_periods = 0 if self.reports else self.silent_periods + 1
         self.opened_ms = now_ms
         self._clear()

@@ -4,8 +4,8 @@ real batcher and a tiny torch model) and the simulated worker of the fleet simul
 Both read one fake clock. Each answer is plain data so the test can compare them whole:
 the verdict on a targets message, the outcome of a notice, the optional units a request got
 done with the units shed for it by reason, and a report's fields. Fields measured in time
-(latency sketch, utilisation, capacity estimate, queue delay, busy time) differ by nature and
-are left out.
+(latency sketch, utilisation, capacity estimate, queue delay, busy time, and the room one
+request had, which the service time sets) differ by nature and are left out.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from workers.runtime.models import load_model
 from workers.runtime.worker import OptionalShed, Worker
 
 TIMED_FIELDS = (
-    "latency_ms", "utilisation", "capacity_rps", "queue_delay_ms", "busy_s")
+    "latency_ms", "utilisation", "capacity_rps", "queue_delay_ms", "busy_s", "extras_room")
 DEADLINE_MS = 5_000.0
 
 

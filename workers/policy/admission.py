@@ -116,6 +116,8 @@ class Admission(Generic[T]):
         #: Optional units shed, by reason (invariant 4).
         self.shed_units = self._shedding.units
         self.admitted_units = {"baseline": 0, "optional": 0}
+        #: The most extras one request could have kept since :meth:`take_room` last read it.
+        self._room: int | None = None
 
     # -- admission -------------------------------------------------------------------------------
 
@@ -246,7 +248,9 @@ class Admission(Generic[T]):
         """How many of one request's `units` divisible optional units to queue: those that fit
         under the delay bound now (:meth:`optional_room`). The rest are counted as shed for
         ``overload`` here, so the live and the simulated worker cannot count them apart."""
-        fits = min(units, self.optional_room()) if units > 0 else 0
+        if units <= 0:
+            return 0
+        fits = min(units, self._note_room(self.optional_room()))
         self.count_shed(REASON_OVERLOAD, units - fits)
         return fits
 
@@ -258,10 +262,24 @@ class Admission(Generic[T]):
         if extra <= 0:
             return 0
         ahead = self._queues.units + self.in_flight_units + base
-        kept = fit.extras_that_fit(self.service, ahead, extra, self.config.max_queue_delay_ms,
-                                   self.batch_units)
+        room = fit.extras_that_fit(self.service, ahead, fit.ROOM_SEARCH_LIMIT,
+                                   self.config.max_queue_delay_ms, self.batch_units)
+        kept = min(extra, self._note_room(room))
         self.count_shed(REASON_OVERLOAD, extra - kept)
         return kept
+
+    def _note_room(self, room: int) -> int:
+        if self._room is None or room > self._room:
+            self._room = room
+        return room
+
+    def take_room(self) -> int | None:
+        """The most extra candidates one request could have kept at its admission since the
+        last call (None: no request carried extras), and start again. A target past it is
+        trimmed on every request, so the control plane holds RMA's target to it, and SBM's
+        cap on a powerful request's extras (``WindowReport.extras_room``)."""
+        room, self._room = self._room, None
+        return room
 
     def queue_delay_ms(self, now_ms: int) -> float:
         """The larger of the predicted wait and the age of the oldest queued baseline work."""

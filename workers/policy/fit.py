@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from workers.policy.service_model import ServiceModel
 
+#: Where the search for a whole request's room stops: more extra candidates than any request
+#: carries, so the room found is what fits, not what was asked.
+ROOM_SEARCH_LIMIT = 1 << 16
+
 
 def room(service: ServiceModel, ahead: int, bound_ms: float, batch_units: int | None) -> int:
     """Optional units that could fit under ``bound_ms`` behind the ``ahead`` units of

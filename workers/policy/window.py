@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.contract import ModelKind, Tier, WindowReport
+from schemas.contract import ROOM_VERSION, ModelKind, Tier, WindowReport
 from schemas.sketch import new_sketch, to_wire
 from workers.policy.admission import AdmissionState
 
@@ -43,16 +43,19 @@ class LoadTotals:
     replicas: int = 1
     """Replicas serving in parallel behind this report (the simulator's replica sets): busy
     time is reported in replica-seconds, the unit a cost per candidate is measured in."""
+    extras_room: int | None = None
+    """Not a total: the most extras one request could have kept over the window
+    (``Admission.take_room``), None when no request carried any."""
 
     @classmethod
     def of(cls, state: AdmissionState, rows_done: int, busy_s: float,
-           replicas: int = 1) -> LoadTotals:
+           replicas: int = 1, extras_room: int | None = None) -> LoadTotals:
         """The totals of a replica whose admission is in ``state``, with the rows it scored
         and the seconds it was busy since it started."""
         return cls(rows_done=rows_done, busy_s=busy_s, shed_units=dict(state.shed_units),
                    queue_items=state.baseline_items + state.optional_items,
                    queue_delay_ms=state.queue_delay_ms, ms_per_unit=state.ms_per_unit,
-                   replicas=replicas)
+                   replicas=replicas, extras_room=extras_room)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +132,8 @@ class ReportWindow:
         if served:
             self._rows_per_request = rows / served
         ident = self.identity
+        room = {} if totals.extras_room is None else {"v": ROOM_VERSION,
+                                                      "extras_room": totals.extras_room}
         return WindowReport(
             pool_id=ident.pool_id, worker_id=ident.worker_id, region=ident.region,
             service=ident.service, model=ident.model, tier=ident.tier,
@@ -141,7 +146,7 @@ class ReportWindow:
             utilisation=min(10.0, max(0.0, busy / span_s)),
             capacity_rps=self._capacity_rps(done, busy, totals.ms_per_unit),
             busy_s=min(86_400.0, max(0.0, busy * totals.replicas)), units_done=max(0, done),
-            optional_requests_done=optional_requests)
+            optional_requests_done=optional_requests, **room)
 
     def _capacity_rps(self, rows_done: int, busy_s: float, ms_per_unit: float) -> float:
         """Rows per busy second, as requests per second of this window's request size."""

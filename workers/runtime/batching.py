@@ -223,6 +223,12 @@ class Batcher:
         with self._cond:
             return self.admission.fit_whole(base, extra)
 
+    def take_room(self) -> int | None:
+        """The most extras one request could have kept since the last call
+        (`Admission.take_room`)."""
+        with self._cond:
+            return self.admission.take_room()
+
     def count_shed(self, reason: ShedReason, units: int) -> None:
         with self._cond:
             self.admission.count_shed(reason, units)

@@ -280,7 +280,8 @@ class Worker:
                         targets_age_ms=age_ms)
 
     def load_totals(self) -> LoadTotals:
-        return LoadTotals.of(self.batcher.state(), self.batcher.rows_done, self.batcher.busy_s)
+        return LoadTotals.of(self.batcher.state(), self.batcher.rows_done, self.batcher.busy_s,
+                             extras_room=self.batcher.take_room())
 
     def window_report(self) -> WindowReport:
         """Close the telemetry window and return its report."""

@@ -228,6 +228,23 @@ def test_a_slow_powerful_pool_caps_its_requests_extras_first_and_only_then_says_
     assert recovered.sbm.extra_candidates is None and recovered.v == 2
 
 
+def test_rma_holds_its_target_to_what_one_request_could_carry_and_says_capacity() -> None:
+    from msgspec import structs
+
+    c = granted()
+    t, before = run(c, 0, 5)
+    room = before.rma.extra_candidates // 2
+    for second in range(PERIOD_MS // 1000):             # its requests could carry half of it
+        start, end = t + second * 1000, t + (second + 1) * 1000
+        for worker in ("w1", "w2"):
+            c.on_report(structs.replace(report(RANK_POOL, worker=worker, p99_ms=30.0,
+                                               start_ms=start, end_ms=end),
+                                        v=10, extras_room=room), end)
+    narrow = c.tick(t + PERIOD_MS)
+    assert (narrow.rma.extra_candidates, narrow.rma.limited_by) == (room, "capacity")
+    assert narrow.v == 2                                # the targets' contract is unchanged
+
+
 def test_rma_stops_at_the_candidates_callers_offer_and_says_demand() -> None:
     c = granted()
     t = 0

@@ -314,6 +314,39 @@ def test_the_served_cap_survives_a_restart() -> None:
     assert state.issued == 60
 
 
+def roomy(p99_ms: float, room: int | None, *, rate: float = 100.0,
+          pool: str = RANK_POOL) -> WindowStats:
+    return msgspec.structs.replace(stats(p99_ms, rate=rate, pool=pool), extras_room=room)
+
+
+def test_a_target_is_held_to_the_most_one_request_could_carry_limited_by_capacity() -> None:
+    policy = at_200(RmaState(issued=100))
+    # one replica could take 64 extras on a request at best, the other 40: a target past the
+    # larger is trimmed on every request, whichever replica it lands on
+    target = policy.step([roomy(40.0, 64), roomy(40.0, 40, pool=RANK_BASE_POOL)],
+                         BIG_BUDGET, 10.0)
+    assert (target.extra_candidates, target.limited_by) == (64, "capacity")
+    # the latency loop is not cut by it: once the replicas have room, the target is back
+    assert policy.pid.output > 64
+    back = policy.step([roomy(40.0, 500)], BIG_BUDGET, 10.0)
+    assert back.extra_candidates > 64 and back.limited_by != "capacity"
+
+
+def test_without_a_measured_room_the_target_is_not_held() -> None:
+    policy = at_200(RmaState(issued=100))
+    assert policy.step([roomy(40.0, None)], BIG_BUDGET, 10.0).extra_candidates > 64
+
+
+def test_a_bursts_small_room_does_not_cut_the_target_the_last_one_holds() -> None:
+    policy = at_200(RmaState(issued=100, rates=[100.0] * 5))
+    assert policy.step([roomy(40.0, 64)], BIG_BUDGET, 10.0).extra_candidates == 64
+    # the request rate tripled: the replicas are full for the burst, not smaller
+    burst = policy.step([roomy(40.0, 3, rate=300.0)], BIG_BUDGET, 10.0)
+    assert burst.extra_candidates == 64
+    state = msgspec.json.decode(msgspec.json.encode(policy.state), type=RmaState)
+    assert state.room == 64                              # and a restart keeps it
+
+
 def test_a_zero_target_without_allocated_accelerators_is_limited_by_capacity() -> None:
     policy = RmaPolicy(CONFIG)
     target = policy.step([stats(50.0)], 0.0, 10.0, unallocated=True)

@@ -308,3 +308,18 @@ def test_extras_the_powerful_replicas_trim_hold_the_cap_to_what_they_kept() -> N
     slight = msgspec.structs.replace(trimming, overload_shed_rate=1.0)
     policy.step([slight], 1000.0, 100.0, 25.0, rma_extra=40)
     assert policy.extra_cap is not None and policy.extra_cap > 10
+
+
+def test_a_covered_requests_extras_are_held_to_what_one_could_keep_on_a_powerful_replica() -> None:
+    # the replicas' room in units/s would let each request carry far more, but one request's
+    # queue bound fits 12 extras at best: past that every request is trimmed
+    roomy = msgspec.structs.replace(powerful(10_000.0, p99_ms=150.0), units_rate=300.0,
+                                    utilisation=0.4, extras_room=12)
+    policy = SbmPolicy(CONFIG, SbmState(coverage=0.5))
+    policy.step([roomy], 1000.0, 100.0, 25.0, rma_extra=40)
+    assert policy.extra_cap == 12
+    # room for more than RMA's own target: no cap of SBM's own
+    wide = msgspec.structs.replace(roomy, extras_room=500)
+    policy = SbmPolicy(CONFIG, SbmState(coverage=0.5))
+    policy.step([wide], 1000.0, 100.0, 25.0, rma_extra=40)
+    assert policy.extra_cap is None

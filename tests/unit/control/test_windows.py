@@ -9,6 +9,7 @@ from streams.control.windows import (
     TooManyPools,
     WindowSet,
     WindowStats,
+    extras_room,
     overload_per_request,
 )
 from tests.unit.control.factories import POWERFUL_POOL, RANK_POOL, report, sketch
@@ -113,3 +114,16 @@ def test_counts_without_bins_do_not_count_as_samples() -> None:
     window.add(msgspec.structs.replace(report(), latency_ms=hollow))
     stats = window.close(1000)
     assert stats.samples == 0 and not stats.enough_samples and stats.p99_ms == 0.0
+
+
+def test_a_pools_room_is_the_largest_its_replicas_reported_and_unknown_without_one() -> None:
+    windows = WindowSet(min_samples=1, opened_ms=0)
+    for worker, room in (("w1", 40), ("w2", 64), ("w3", None)):
+        extra = {} if room is None else {"v": 10, "extras_room": room}
+        windows.add(msgspec.structs.replace(report(RANK_POOL, worker=worker), **extra))
+    windows.add(report(POWERFUL_POOL, worker="p1"))
+    stats = windows.close(1_000)
+    assert [w.extras_room for w in stats] == [64, None]   # pool order: ranking, powerful
+    assert extras_room(stats, "baseline") == 64
+    assert extras_room(stats, "powerful") is None
+    assert windows.close(2_000)[0].extras_room is None    # a new period measures afresh

@@ -189,6 +189,25 @@ def test_a_whole_requests_extras_fit_behind_the_queue_and_none_when_it_is_long()
     assert adm.fit_whole(base=4, extra=0) == 0
 
 
+def test_the_room_a_whole_request_had_is_what_fitted_not_what_it_asked() -> None:
+    adm: Admission[str] = Admission(CFG, whole_requests=True)
+    assert adm.take_room() is None                       # no request carried extras yet
+    assert adm.fit_whole(base=4, extra=2) == 2
+    adm.admit_optional("r", value=1.0, deadline_ms=40, now_ms=0, units=6)
+    assert adm.fit_whole(base=4, extra=100) == 0         # behind the first one: no room
+    assert adm.take_room() == 6                          # the best a request could have had
+    assert adm.take_room() is None                       # read once a window
+
+
+def test_the_room_a_ranking_request_had_is_the_most_it_could_have_kept() -> None:
+    adm, _ = make()
+    adm.admit_baseline("base", now_ms=0, units=3)
+    assert adm.fit_optional(2) == 2
+    assert adm.fit_optional(50) == 7
+    assert adm.fit_optional(0) == 0
+    assert adm.take_room() == 7
+
+
 def test_optional_work_past_its_deadline_is_refused_at_the_door() -> None:
     adm, shed = make()
     assert adm.admit_optional("late", value=9.0, deadline_ms=100, now_ms=100) is False

@@ -48,6 +48,25 @@ def test_next_window_starts_empty_where_the_last_one_ended() -> None:
     assert report.latency_ms.count == 0 and report.optional_units_shed == {}
 
 
+def test_a_window_that_measured_a_requests_room_reports_it_as_v10_and_one_that_did_not_as_before(
+) -> None:
+    from dataclasses import replace
+
+    import msgspec
+
+    from schemas.codec import decode, encode
+    from schemas.contract import ROOM_VERSION, SCHEMA_VERSION, WindowReport
+
+    window = TelemetryWindow(IDENT, start_ms=0)
+    measured = window.close(1_000, replace(totals(), extras_room=64))
+    assert (measured.v, measured.extras_room) == (ROOM_VERSION, 64)
+    assert decode(WindowReport, encode(measured)) == measured
+    unmeasured = window.close(2_000, totals())
+    assert unmeasured.v == SCHEMA_VERSION and unmeasured.extras_room is msgspec.UNSET
+    with pytest.raises(ValueError, match="extras_room"):  # a v2 report that carries it
+        decode(WindowReport, encode(unmeasured)[:-1] + b',"extras_room":64}')
+
+
 def test_an_idle_window_estimates_capacity_from_the_last_service_time() -> None:
     window = TelemetryWindow(IDENT, start_ms=0)
     window.record(3.0, baseline=True, rows=8, optional_units_done=0)
