@@ -190,6 +190,8 @@ def figures_of(window: Window) -> dict[str, object]:
             "rps": round(window.rps, 1), "baseline_lost": dict(window.lost),
             "p50_ms": round(window.baseline_p50_ms, 1),
             "p99_ms": round(window.baseline_p99_ms, 1),
+            "ranking_p99_ms": round(window.ranking_p99_ms, 1),
+            "routed_powerful_max_ms": round(window.routed_powerful_max_ms, 1),
             "optional_done": window.optional_done,
             "optional_per_s": round(window.optional_per_s),
             "optional_shed": dict(window.optional_shed),

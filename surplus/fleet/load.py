@@ -51,6 +51,10 @@ class Window:
     baseline_p50_ms: float = 0.0
     baseline_p99_ms: float = 0.0
     fallback_max_ms: float = 0.0
+    #: The SLA's own split: the p99 of the requests routed to the ranking pool, and the
+    #: slowest one routed to the powerful model (judged against its deadline, fallbacks in).
+    ranking_p99_ms: float = 0.0
+    routed_powerful_max_ms: float = 0.0
 
     # optional_done counts RMA extra candidates scored (units); SBM work is counted in requests
     # (served_powerful), a different unit.
@@ -58,13 +62,17 @@ class Window:
     def __post_init__(self) -> None:
         picked = [s for s in self.samples if self.t0 <= s.t < self.t1]
         self.sent = len(picked)
-        latencies = []
+        latencies, ranking = [], []
         for s in picked:
             if not s.served:
                 self.lost[s.error or "unknown"] += 1
                 continue
             self.served += 1
             latencies.append(s.latency_ms)
+            if s.routed == "powerful":
+                self.routed_powerful_max_ms = max(self.routed_powerful_max_ms, s.latency_ms)
+            else:
+                ranking.append(s.latency_ms)
             self.optional_done += s.optional_scored
             if s.optional_shed:
                 self.optional_shed[s.shed_reason or "unspecified"] += s.optional_shed
@@ -78,6 +86,8 @@ class Window:
         if latencies:
             self.baseline_p50_ms = float(np.percentile(latencies, 50))
             self.baseline_p99_ms = float(np.percentile(latencies, 99))
+        if ranking:
+            self.ranking_p99_ms = float(np.percentile(ranking, 99))
 
     @property
     def seconds(self) -> float:
