@@ -155,6 +155,50 @@ class WindowReport(Event, frozen=True, kw_only=True):
                              f"carries it is written as v{ROOM_VERSION}")
 
 
+class PoolPartial(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """What one shard's replicas of one pool reported over one control period, summed.
+
+    Everything a latency window holds, in a form that merges by addition (the sketch's bins,
+    the counts, the busy seconds, the utilisation's sum over reports) or by max/min (the room,
+    the span), so the second stage gets the same window from any number of shards."""
+
+    pool_id: Name
+    model: ModelKind
+    tier: Tier
+    accelerator: Name
+    reports: Annotated[int, Meta(ge=1)]
+    requests: NonNegInt
+    baseline_requests: NonNegInt
+    optional_units_done: NonNegInt = 0
+    optional_units_shed: NonNegInt = 0
+    """All reasons together."""
+    overload_shed: NonNegInt = 0
+    utilisation_sum: NonNegFloat = 0.0
+    """The sum of the reports' utilisation (the window's is its mean over every report)."""
+    capacity_rps: NonNegFloat = 0.0
+    """The sum over the shard's replicas of each one's latest reported capacity."""
+    busy_s: NonNegFloat = 0.0
+    units_done: NonNegInt = 0
+    optional_requests_done: NonNegInt = 0
+    extras_room: NonNegInt | None = None
+    first_start_ms: TimestampMs
+    last_end_ms: TimestampMs
+    latency_ms: LatencySketch
+
+
+class WindowPartial(Event, frozen=True, kw_only=True):
+    """One first-stage shard's part of a scope's control period (the control plane's own
+    partials topic, keyed by scope): its pools' sums, or none at all, which still tells the
+    second stage this shard has nothing more for the period (``streams.control.shards``)."""
+
+    region: Name
+    shard: Name
+    """The first stage's input partition: whichever process owns it speaks for it."""
+    period_end_ms: TimestampMs
+    """The control period these reports belong to ends here (a multiple of the period)."""
+    pools: Annotated[list[PoolPartial], Meta(max_length=10_000)] = []
+
+
 class CapacityEvent(Event, frozen=True, kw_only=True):
     """Opportunistic units granted or revoked (capacity topic, keyed by region).
 
@@ -465,7 +509,7 @@ class ReplicaAnnouncement(Event, frozen=True, kw_only=True):
 
 EVENT_TYPES: tuple[type[Event], ...] = (
     WindowReport, CapacityEvent, PreemptionNotice, ControlTargets, RoutingOutcome, DeadLetter,
-    OperatorOverride, ReplicaAnnouncement, OutcomeLabel, LiftReport,
+    OperatorOverride, ReplicaAnnouncement, OutcomeLabel, LiftReport, WindowPartial,
 )
 
 __all__ = [
@@ -474,7 +518,8 @@ __all__ = [
     "SAMPLED_VERSION", "SCHEMA_VERSION", "SHED_REASONS", "SIGNED_VERSION", "SUPPLY_VERSION",
     "CapacityEvent", "ControlTargets",
     "DeadLetter", "Event", "KeyId", "LatencySketch", "LiftEstimate", "LiftReport",
-    "LimitReason", "ModelKind", "OperatorOverride", "OutcomeLabel", "PreemptionNotice",
-    "ReplicaAnnouncement", "ReplicaState", "RmaTarget", "RoutingOutcome", "SbmTarget",
-    "SegmentPriority", "ShedReason", "Tier", "WindowReport", "msgspec",
+    "LimitReason", "ModelKind", "OperatorOverride", "OutcomeLabel", "PoolPartial",
+    "PreemptionNotice", "ReplicaAnnouncement", "ReplicaState", "RmaTarget", "RoutingOutcome",
+    "SbmTarget",
+    "SegmentPriority", "ShedReason", "Tier", "WindowPartial", "WindowReport", "msgspec",
 ]

@@ -153,6 +153,21 @@ class SketchMerger:
         idx = min(idx, len(self._bins) - 1)
         return float(min(self._mapping.value(idx + self._lo), self.max or math.inf))
 
+    def to_wire(self) -> LatencySketch:
+        """What has been merged, as one wire sketch (a first-stage shard's part of a window):
+        merging it elsewhere gives the same bins as merging every sketch it holds there.
+        ``min`` is the lowest non-empty bin's value (the merger keeps no exact minimum)."""
+        nonzero = np.flatnonzero(self._bins)
+        if len(nonzero):
+            first, last = int(nonzero[0]), int(nonzero[-1]) + 1
+            bins = self._bins[first:last].tolist()
+            low = 0.0 if self.zero_count else float(self._mapping.value(first + self._lo))
+        else:
+            first, bins, low = 0, [], 0.0
+        return LatencySketch(relative_accuracy=self.relative_accuracy, offset=first + self._lo,
+                             bins=bins, zero_count=self.zero_count, count=self.count,
+                             sum=self.sum, min=min(low, self.max), max=self.max)
+
     def reset(self) -> None:
         self._bins[:] = 0
         self.zero_count = self.count = 0

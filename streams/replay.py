@@ -29,10 +29,12 @@ from typing import Any
 
 import msgspec
 
-from schemas.contract import ControlTargets
+from schemas.contract import ControlTargets, WindowReport
+from schemas.topics import scope_partition
 from streams.control.config import ControlConfig
 from streams.control.controller import ScopeController
-from streams.control.dispatch import Rejected, Rule, dispatch, rule_for
+from streams.control.dispatch import RULES, Rejected, Rule, dispatch, rule_for
+from streams.control.shards import ShardWindows
 from streams.eventlog import EVENT_CLASSES, AnyEvent, LogEvent, TargetsEvent, read_events
 from streams.replay_output import (
     Progress,
@@ -49,6 +51,7 @@ RecordedHook = Callable[[TargetsEvent], None]
 _RULES: dict[type[LogEvent], Rule | None] = {cls: rule_for(topic)
                                              for topic, cls in EVENT_CLASSES.items()}
 """The rule of each kind of log event (None: recorded targets, never fed to a controller)."""
+_TELEMETRY = RULES["telemetry"]
 
 
 class _Controllers(dict[str, ScopeController]):
@@ -77,7 +80,14 @@ class ControlDriver:
 
     def __init__(self, config: ControlConfig, *, on_targets: TargetsHook | None = None,
                  on_tick: TickHook | None = None,
-                 on_recorded: RecordedHook | None = None) -> None:
+                 on_recorded: RecordedHook | None = None, shards: int = 0) -> None:
+        """:param shards: 0: every scope's reports reach its controller (one reader a scope);
+            K > 0: they pass through K first-stage shards, a replica's to the shard its key
+            would land on among K partitions, and reach the controller as the shards' parts
+            at each tick (``streams.control.shards``), as a scaled-out plane runs them.
+        """
+        if shards < 0:
+            raise ValueError(f"shards must be >= 0, not {shards}")
         self.config = config
         self.period_ms = config.period_ms
         self._periods = config.periods_ms()
@@ -98,6 +108,10 @@ class ControlDriver:
         self._next_tick = -math.inf
         self._floor = -math.inf
         self._late_since = False
+        self._shards = [ShardWindows(f"shard-{i}", lambda scope: config.for_scope(scope).period_ms,
+                                     min_samples=config.min_samples,
+                                     relative_accuracy=config.relative_accuracy,
+                                     max_pools=config.max_pools) for i in range(shards)]
 
     # -- the clock ---------------------------------------------------------------------------
 
@@ -134,6 +148,9 @@ class ControlDriver:
                 self._last_by_period[period] = tick_ms
                 self._next_by_period[period] = tick_ms + period
         self._next_tick = min(self._next_by_period.values())
+        for shard in self._shards:
+            for part in shard.due(tick_ms):
+                self.controllers[part.region].on_partial(part, tick_ms)
         every = len(due) == len(self._periods)
         for scope in sorted(self.controllers):
             controller = self.controllers[scope]
@@ -170,6 +187,9 @@ class ControlDriver:
             if self.on_recorded is not None and cls is TargetsEvent:
                 self.on_recorded(event)  # type: ignore[arg-type]
             return
+        if rule is _TELEMETRY and self._shards:
+            self._to_shard(event.key, event.value, ts)  # type: ignore[arg-type]
+            return
         try:
             targets = dispatch(rule, event.key, event.value, self._controller_for, ts)
         except Rejected as exc:
@@ -177,6 +197,14 @@ class ControlDriver:
             return
         if targets is not None and self.on_targets is not None:
             self.on_targets(targets, self.controllers[targets.scope])
+
+    def _to_shard(self, key: str | None, report: WindowReport, ts: int) -> None:
+        """A report through the first stage: the shard its replica's key lands on."""
+        shard = self._shards[scope_partition(report.worker_id, len(self._shards))]
+        try:
+            shard.take(key, (report,), ts)
+        except Rejected as exc:
+            self.rejected[exc.reason] = self.rejected.get(exc.reason, 0) + 1
 
     def _clock_slow(self, ts: int) -> int:
         """The first event, an event past the next tick, or a late one: the time to apply at."""
@@ -222,13 +250,14 @@ def estimates_of(controllers: dict[str, ScopeController]) -> dict[str, Any]:
 
 def replay_offline(log: str | Path, config: ControlConfig, out_dir: str | Path, *,
                    strict: bool = False, progress: bool = False,
-                   label: str | None = None) -> dict[str, Any]:
-    """Run ``config``'s control loop over ``log``; write the outputs; return the summary."""
+                   label: str | None = None, shards: int = 0) -> dict[str, Any]:
+    """Run ``config``'s control loop over ``log``; write the outputs; return the summary.
+    ``shards``: through that many first-stage shards (``ControlDriver``); 0: one reader."""
     log, out = Path(log), Path(out_dir)
     reader = read_events(log, strict=strict)
     output = ReplayOutput(out, config)
     driver = ControlDriver(config, on_targets=output.on_targets, on_tick=output.on_tick,
-                           on_recorded=output.on_recorded)
+                           on_recorded=output.on_recorded, shards=shards)
     meter = Progress(f"replay {label or log.name}", enabled=progress)
     try:
         feed = driver.feed
@@ -258,6 +287,8 @@ def replay_offline(log: str | Path, config: ControlConfig, out_dir: str | Path, 
         "period_s": config.period_s,
         "scopes": output.scope_summaries(),
     }
+    if shards:
+        summary["shards"] = shards
     (out / "estimates.json").write_text(dump_json(estimates_of(driver.controllers)),
                                         encoding="utf-8")
     (out / "summary.json").write_text(dump_json(summary), encoding="utf-8")

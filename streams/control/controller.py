@@ -43,6 +43,7 @@ from schemas.contract import (
     RmaTarget,
     RoutingOutcome,
     SbmTarget,
+    WindowPartial,
     WindowReport,
 )
 from streams.control import override as operator
@@ -166,6 +167,13 @@ class ScopeController:
         """Hot path: route into the pool's window (a dict lookup and a sketch merge)."""
         _own(self.scope, "WindowReport", report.region, "region")
         self._windows.add(report)
+
+    def on_partial(self, partial: WindowPartial, now_ms: int) -> None:
+        """A first-stage shard's sums for one period (a scaled-out scope's telemetry,
+        ``streams.control.shards``): merged into the windows as its reports would have been."""
+        _own(self.scope, "WindowPartial", partial.region, "region")
+        for pool in partial.pools:
+            self._windows.add_partial(pool, partial.region, partial.shard)
 
     def on_capacity(self, event: CapacityEvent, now_ms: int) -> None:
         _own(self.scope, "CapacityEvent", event.region, "region")

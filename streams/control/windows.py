@@ -18,7 +18,7 @@ import math
 import msgspec
 from msgspec import UNSET
 
-from schemas.contract import LatencySketch, WindowReport
+from schemas.contract import LatencySketch, PoolPartial, WindowReport
 from schemas.sketch import DEFAULT_RELATIVE_ACCURACY, SketchMerger
 
 #: Utilisation under which a pool's throughput (units over busy share) is not extrapolated
@@ -184,6 +184,52 @@ class LatencyWindow:
         if report.window_end_ms > self._last_end:
             self._last_end = report.window_end_ms
 
+    def add_partial(self, pool: PoolPartial, shard: str) -> None:
+        """Merge one first-stage shard's sums for this pool (``WindowPartial``): the same
+        window as if its reports had come here one by one, up to the order of float sums.
+        Raises ``SketchMismatch`` before changing anything, as ``add`` does."""
+        sketch = pool.latency_ms
+        if sketch.relative_accuracy != self._accuracy:
+            raise self._merger.mismatch(sketch)
+        self._held.append(sketch)
+        self.reports += pool.reports
+        self.requests += pool.requests
+        self.baseline += pool.baseline_requests
+        self.done += pool.optional_units_done
+        self.shed += pool.optional_units_shed
+        self.overload += pool.overload_shed
+        self._util += pool.utilisation_sum
+        self.busy += pool.busy_s
+        self.units += pool.units_done
+        self.optional_requests += pool.optional_requests_done
+        self._capacity[shard] = pool.capacity_rps
+        room = pool.extras_room
+        if room is not None and (self._room is None or room > self._room):
+            self._room = room
+        self._first_start = min(self._first_start, pool.first_start_ms)
+        self._last_end = max(self._last_end, pool.last_end_ms)
+
+    def partial(self) -> PoolPartial | None:
+        """This period's sums so far, for a second stage to merge (None: no report yet).
+        A first-stage window is read once, when its period ends, and then dropped."""
+        if not self.reports:
+            return None
+        if self._held:
+            self._merger.add_many(self._held)
+            self._held.clear()
+        capacity = 0.0
+        for worker in sorted(self._capacity):
+            capacity += self._capacity[worker]
+        return PoolPartial(
+            pool_id=self.pool_id, model=self.model, tier=self.tier,  # type: ignore[arg-type]
+            accelerator=self.accelerator, reports=self.reports, requests=self.requests,
+            baseline_requests=self.baseline, optional_units_done=self.done,
+            optional_units_shed=self.shed, overload_shed=self.overload,
+            utilisation_sum=self._util, capacity_rps=capacity, busy_s=self.busy,
+            units_done=self.units, optional_requests_done=self.optional_requests,
+            extras_room=self._room, first_start_ms=int(self._first_start),
+            last_end_ms=int(self._last_end), latency_ms=self._merger.to_wire())
+
     def close(self, now_ms: int) -> WindowStats:
         """The period's stats; the window is empty again afterwards, its period opened now."""
         start_ms = self.opened_ms
@@ -246,16 +292,35 @@ class WindowSet:
             window = self._open(report)
         window.add(report)
 
-    def _open(self, report: WindowReport) -> LatencyWindow:
+    def add_partial(self, pool: PoolPartial, region: str, shard: str) -> None:
+        """Merge one shard's sums for one pool (the second stage of a scaled-out scope)."""
+        window = self._windows.get(pool.pool_id)
+        if window is None:
+            self._check_room(pool.pool_id)
+            if self.opened_ms is None:
+                self.opened_ms = pool.first_start_ms
+            window = self._windows[pool.pool_id] = LatencyWindow(
+                pool.pool_id, region, pool.model, pool.tier, pool.accelerator,
+                self.min_samples, self.relative_accuracy, opened_ms=self.opened_ms)
+        window.add_partial(pool, shard)
+
+    def _check_room(self, pool_id: str) -> None:
         if len(self._windows) >= self.max_pools:
-            raise TooManyPools(f"pool {report.pool_id!r} would exceed max_pools="
-                               f"{self.max_pools}")
+            raise TooManyPools(f"pool {pool_id!r} would exceed max_pools={self.max_pools}")
+
+    def _open(self, report: WindowReport) -> LatencyWindow:
+        self._check_room(report.pool_id)
         if self.opened_ms is None:
             self.opened_ms = report.window_start_ms
         window = LatencyWindow.for_report(report, self.min_samples, self.relative_accuracy,
                                           opened_ms=self.opened_ms)
         self._windows[report.pool_id] = window
         return window
+
+    def partials(self) -> list[PoolPartial]:
+        """Each pool's sums so far, sorted by pool id (a first stage's part of a period)."""
+        parts = (self._windows[pool].partial() for pool in sorted(self._windows))
+        return [part for part in parts if part is not None]
 
     def close(self, now_ms: int) -> list[WindowStats]:
         """Stats of every known pool (sorted by pool id), then a new period starts at now_ms.
