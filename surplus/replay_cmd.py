@@ -63,6 +63,10 @@ def replay(
         help="To Kafka: seconds a message may wait for delivery before it counts as failed.")]
     = 30.0,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress line.")] = False,
+    shards: Annotated[int, typer.Option(
+        min=0, max=1024,
+        help="Offline: pass each scope's reports through this many first-stage shards, as a "
+             "scaled-out control plane (stages = 2) does; 0: one reader a scope.")] = 0,
 ) -> None:
     """Replay an event log: --offline --out DIR, or --to-kafka --bootstrap B --speed X."""
     from streams.eventlog import EventLogError
@@ -76,14 +80,14 @@ def replay(
             _to_kafka(log, bootstrap, prefix, speed, rebase, strict, not quiet,
                       delivery_timeout)
         else:
-            _offline(log, out, config, parse_sets(set_), compare, strict, not quiet)
+            _offline(log, out, config, parse_sets(set_), compare, strict, not quiet, shards)
     except EventLogError as exc:
         fail(str(exc))
 
 
 def _offline(log: Path, out: Path | None, config_path: Path | None,
              overrides: dict[str, str], compare: tuple[Path, Path] | None, strict: bool,
-             progress: bool) -> None:
+             progress: bool, shards: int = 0) -> None:
     from streams.replay import compare_offline, replay_offline
 
     if out is None:
@@ -91,6 +95,8 @@ def _offline(log: Path, out: Path | None, config_path: Path | None,
     if compare:
         if config_path is not None:
             fail("--compare takes the two configs itself; drop --config")
+        if shards:
+            fail("--shards replays one config; drop --compare")
         labels = _labels(compare)
         runs = [(label, control_config(path, overrides)) for label, path in zip(labels, compare,
                                                                              strict=True)]
@@ -103,10 +109,11 @@ def _offline(log: Path, out: Path | None, config_path: Path | None,
         typer.echo(f"report: {out / 'report.html'}")
         return
     summary = replay_offline(log, control_config(config_path, overrides), out, strict=strict,
-                             progress=progress)
+                             progress=progress, shards=shards)
     read = summary["read"]
     typer.echo(f"{read['events']:,} events ({read['bad_lines']} bad lines), "
-               f"{summary['ticks']:,} ticks, {len(summary['scopes'])} scopes -> {out}")
+               f"{summary['ticks']:,} ticks, {len(summary['scopes'])} scopes"
+               f"{f' through {shards} shards' if shards else ''} -> {out}")
 
 
 def _labels(paths: tuple[Path, Path]) -> list[str]:

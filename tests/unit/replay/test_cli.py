@@ -32,6 +32,20 @@ def test_replay_offline_writes_its_three_files(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "windows.csv").is_file()
 
 
+def test_replay_through_shards_writes_the_targets_one_reader_does(tmp_path: Path) -> None:
+    write_small_log(tmp_path / "log.jsonl")
+    for out, extra in (("one", []), ("split", ["--shards", "2"])):
+        result = runner.invoke(app, ["replay", str(tmp_path / "log.jsonl"), "--offline",
+                                     "--out", str(tmp_path / out), "--quiet", *extra])
+        assert result.exit_code == 0, result.output
+    assert "through 2 shards" in result.output
+    assert ((tmp_path / "split" / "targets.csv").read_bytes()
+            == (tmp_path / "one" / "targets.csv").read_bytes())
+    _fails_with(["replay", str(tmp_path / "log.jsonl"), "--offline", "--out",
+                 str(tmp_path / "x"), "--shards", "2", "--compare", str(tmp_path / "log.jsonl"),
+                 str(tmp_path / "log.jsonl")], "--shards replays one config")
+
+
 def test_replay_compare_takes_two_config_files(tmp_path: Path) -> None:
     write_small_log(tmp_path / "log.jsonl")
     (tmp_path / "slow.toml").write_text("period_s = 20.0\n")
