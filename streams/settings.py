@@ -67,6 +67,16 @@ class ControlPlaneSettings(BaseSettings):
     pending_write_buffer_mb: int = Field(default=16, ge=1, le=1024)
     pending_block_cache_mb: int = Field(default=32, ge=1, le=65536)
 
+    #: 1: a scope's telemetry is keyed by scope, and the one process owning its partition
+    #: reads all of it. 2: workers key their reports by replica (``telemetry_key =
+    #: "replica"``), so a region's reports spread over every partition; each process sums
+    #: what it reads per scope and period (the first stage, ``streams.control.shards``) and
+    #: the scope's owner merges the parts and runs the controller (``streams.control.gate``).
+    stages: int = Field(default=1, ge=1, le=2)
+    #: Two stages: how long past its end a period waits for a silent shard's part before it
+    #: closes on the parts there are (each such close is counted).
+    stage_grace_s: float = Field(default=1.0, ge=0.05, le=60.0)
+
     @field_validator("signing_key_file")
     @classmethod
     def _readable_key(cls, path: Path | None) -> Path | None:

@@ -37,6 +37,11 @@ def control_plane(
              "the session timeout.")] = None,
     partitions: Annotated[int | None, typer.Option(help="Partitions of the scope topics.")]
     = None,
+    stages: Annotated[int | None, typer.Option(
+        help="1: a scope's telemetry is read by the process owning the scope. 2: workers key "
+             "reports by replica (telemetry_key = \"replica\") and every process sums the "
+             "partitions it owns, the scope's owner merging the parts. Or set "
+             "$SURPLUS_CONTROL_STAGES.")] = None,
     metrics_port: MetricsPort = 0,
     metrics_host: MetricsHost = "127.0.0.1",
     data_dir: Annotated[Path, typer.Option(help="Faust local state.")] = Path(".surplus/control"),
@@ -60,6 +65,8 @@ def control_plane(
                                  "data_dir": data_dir / app_id, "loglevel": loglevel}
     if partitions:
         overrides["partitions"] = partitions
+    if stages is not None:
+        overrides["stages"] = stages
     if instance_id is not None:
         overrides["instance_id"] = instance_id
     if signing_key_file is not None:
@@ -167,7 +174,7 @@ def _create_internal_topics(kafka: KafkaSettings, settings: ControlPlaneSettings
     ignores the topic until its next metadata refresh, minutes later, and the process never
     ticks (seen once in the fault suite: no targets for a whole minute)."""
     from schemas import kafka_clients
-    from streams.agents.control import internal_topics, pending_topic
+    from streams.agents.control import internal_topics, partials_topic, pending_topic
     from streams.agents.pending import changelog_config
     from streams.control.config import ControlConfig
     from surplus.topics import create_topics, replicated
@@ -175,12 +182,15 @@ def _create_internal_topics(kafka: KafkaSettings, settings: ControlPlaneSettings
     ticks, changelog = internal_topics(kafka, settings)
     control = control or ControlConfig()
     replication = settings.replication_factor or 1
+    topics = [(ticks, {"cleanup.policy": "delete"}), (changelog, {"cleanup.policy": "compact"}),
+              (pending_topic(kafka, settings), changelog_config(control))]
+    if settings.stages == 2:
+        topics.append((partials_topic(kafka, settings), {"cleanup.policy": "delete",
+                                                         "retention.ms": "3600000"}))
     wanted = [kafka_clients.NewTopic(name, num_partitions=settings.partitions,
                                      replication_factor=replication,
                                      config=replicated(config, replication))
-              for name, config in ((ticks, {"cleanup.policy": "delete"}),
-                                   (changelog, {"cleanup.policy": "compact"}),
-                                   (pending_topic(kafka, settings), changelog_config(control)))]
+              for name, config in topics]
     try:
         create_topics(kafka_clients.admin(kafka), wanted, timeout_s=15.0)
     except Exception as exc:  # Faust still tries itself; say why this did not

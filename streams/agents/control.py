@@ -42,7 +42,14 @@ from schemas.codec import (
     decode_telemetry,
     encode,
 )
-from schemas.contract import ControlTargets, DeadLetter, Event, OperatorOverride, OutcomeLabel
+from schemas.contract import (
+    ControlTargets,
+    DeadLetter,
+    Event,
+    OperatorOverride,
+    OutcomeLabel,
+    WindowPartial,
+)
 from schemas.kafka_config import KafkaSettings
 from schemas.keywatch import KeyReloader
 from schemas.topics import scope_partition
@@ -50,15 +57,18 @@ from streams.agents import health
 from streams.agents.changelog import read_changelog
 from streams.agents.metrics import Metrics
 from streams.agents.pending import DiskSettings, PendingChangelog, changelog_config
+from streams.agents.stages import FirstStage, SecondStage, encode_part
 from streams.control.config import ControlConfig
 from streams.control.controller import ScopeController
 from streams.control.dispatch import (
     INPUTS,
+    REFUSALS,
     RULES,
     Rejected,
     Rule,
     authenticate,
     dispatch_all,
+    key_mismatch,
 )
 from streams.control.override import describe
 from streams.scopes import ScopeRegistry
@@ -77,6 +87,11 @@ def internal_topics(kafka: KafkaSettings, settings: ControlPlaneSettings) -> tup
 def pending_topic(kafka: KafkaSettings, settings: ControlPlaneSettings) -> str:
     """The changelog of the label join's pending decisions (``pending.changelog_config``)."""
     return f"{kafka.prefix}{settings.app_id}-pending-changelog"
+
+
+def partials_topic(kafka: KafkaSettings, settings: ControlPlaneSettings) -> str:
+    """Two stages: the first stage's per-period parts, keyed by scope (cleanup ``delete``)."""
+    return f"{kafka.prefix}{settings.app_id}-partials"
 
 
 class Tick(msgspec.Struct, frozen=True):
@@ -134,6 +149,12 @@ class ControlPlane:
                        for logical in INPUTS}
         self.agents["ticks"] = app.agent(self.ticks, name="surplus-control-ticks")(
             self._ticks_agent)
+        #: Two stages (``settings.stages``): this process's telemetry partitions summed per
+        #: period and sent on, and the gates of the scopes it owns (``streams.agents.stages``).
+        self.first: FirstStage | None = None
+        self.second: SecondStage | None = None
+        if settings.stages == 2:
+            self._two_stages(app, kafka, settings, config, raw)
         # Half the shortest period in use: a scope with a longer `[scopes.<region>]` period
         # skips the ticks it is not due for (`ScopeRegistry.due`).
         self.tick_interval_ms = config.periods_ms()[0] / 2
@@ -148,6 +169,29 @@ class ControlPlane:
         if settings.metrics_port:
             health.serve(settings.metrics_host, settings.metrics_port, self.metrics.registry,
                          self.health, wall_ms)
+
+    def _two_stages(self, app: faust.App, kafka: KafkaSettings,
+                    settings: ControlPlaneSettings, config: ControlConfig,
+                    raw: dict[str, Any]) -> None:
+        self.partials = app.topic(partials_topic(kafka, settings), internal=True,
+                                  partitions=settings.partitions, deleting=True,
+                                  retention=timedelta(hours=1), **raw)
+
+        async def send(part: WindowPartial) -> None:
+            key, value = encode_part(part)
+            await self.partials.send(key=key, value=value)
+
+        first = self.first = FirstStage(config, send, self.metrics)
+        self.second = SecondStage(config, round(settings.stage_grace_s * 1000), self.metrics)
+        self.agents["partials"] = app.agent(self.partials, name="surplus-control-partials")(
+            self._partials_agent)
+
+        async def flush() -> None:
+            await first.flush(wall_ms())
+
+        # Parts go out within a tenth of the shortest period of its end.
+        app.timer(interval=config.periods_ms()[0] / 10_000, name="surplus-control-stage-flush")(
+            flush)
 
     def _input_agent(self, logical: str) -> Callable[[faust.StreamT], Awaitable[None]]:
         """The agent of one input topic: decode, then the rulebook (``streams.control.dispatch``):
@@ -177,6 +221,10 @@ class ControlPlane:
                                    else decode_outcomes(value) if rule.topic == "outcomes"
                                    else decode_labels(value) if rule.topic == "labels"
                                    else (decode(rule.value_type, value),))
+        if self.first is not None and rule.topic == "telemetry":
+            self.first.take(partition, scope or None, values, wall_ms())  # type: ignore[arg-type]
+            self.metrics.reports.inc(len(values))
+            return
         if rule.topic == "labels" and values:
             label = values[0]
             assert isinstance(label, OutcomeLabel)
@@ -221,21 +269,66 @@ class ControlPlane:
                 # outage). The next fresh tick, half a period away, does the work.
                 self.metrics.ticks_skipped.labels("stale").inc()
                 continue
-            await self._restored(event.message.partition)
-            self.health.on_tick(event.message.partition, wall_ms())
-            for scope in self.registry.scopes_on(event.message.partition):
-                entry = self.registry.get(scope, event.message.partition)
-                if not self.registry.due(entry, tick.ts_ms):
+            partition = event.message.partition
+            await self._restored(partition)
+            self.health.on_tick(partition, wall_ms())
+            for scope in self.registry.scopes_on(partition):
+                if self.second is not None:  # the gate says when a period closes
+                    await self._close_periods(scope, partition, wall_ms())
                     continue
-                started = time.perf_counter()
-                targets = entry.controller.tick(tick.ts_ms)
-                self.metrics.tick_seconds.observe(time.perf_counter() - started)
-                entry.last_tick_ms = tick.ts_ms
-                await self._save(scope)  # before publishing: an epoch on the wire is never reused
-                await self._publish(targets)
-                self.metrics.observe_controller(scope, entry.controller)
-                report = entry.controller.lift_report(tick.ts_ms)
-                await self.estimates.send(key=scope.encode(), value=encode(report))
+                entry = self.registry.get(scope, partition)
+                if self.registry.due(entry, tick.ts_ms):
+                    await self._tick_scope(scope, partition, tick.ts_ms)
+
+    async def _tick_scope(self, scope: str, partition: int, now_ms: int) -> None:
+        """Close the scope's period: its controller's tick, persisted, then published."""
+        entry = self.registry.get(scope, partition)
+        started = time.perf_counter()
+        targets = entry.controller.tick(now_ms)
+        self.metrics.tick_seconds.observe(time.perf_counter() - started)
+        entry.last_tick_ms = now_ms
+        await self._save(scope)  # before publishing: an epoch on the wire is never reused
+        await self._publish(targets)
+        self.metrics.observe_controller(scope, entry.controller)
+        report = entry.controller.lift_report(now_ms)
+        await self.estimates.send(key=scope.encode(), value=encode(report))
+
+    async def _partials_agent(self, stream: faust.StreamT) -> None:
+        """Second stage: hold each part in its scope's gate; close what it completes."""
+        assert self.second is not None
+        async for event in stream.events():
+            message = event.message
+            if self._restoring:
+                await self._restored(message.partition)
+            key = event.key.decode(errors="replace") if event.key else ""
+            try:
+                part = decode(WindowPartial, event.value)
+                if key != part.region:
+                    raise key_mismatch(key, part.region)
+            except ContractError as exc:
+                await self._dead_letter(message, exc.reason)
+                continue
+            except Rejected as exc:
+                await self._dead_letter(message, str(exc), label=exc.reason)
+                continue
+            now_ms = wall_ms()
+            self.second.add(part, now_ms)
+            await self._close_periods(part.region, message.partition, now_ms)
+
+    async def _close_periods(self, scope: str, partition: int, now_ms: int) -> None:
+        """Second stage: the periods of ``scope`` its gate releases, merged and ticked."""
+        assert self.second is not None
+        released = self.second.release(scope, now_ms)
+        if released is None:
+            return
+        controller = self.registry.get(scope, partition).controller
+        for part in released.parts:
+            try:
+                controller.on_partial(part, now_ms)
+            except REFUSALS as exc:  # a first stage of other laws (pools, accuracy)
+                self.metrics.rejected.labels("partials", type(exc).__name__).inc()
+                log.warning("part of shard %s for %s refused: %s", part.shard, scope, exc)
+        await self._tick_scope(scope, partition, now_ms)
 
     async def _send_ticks(self) -> None:
         """Tick each partition this process owns; the owner of a scope is the only ticker."""
@@ -313,4 +406,9 @@ class ControlPlane:
 
     async def _on_revoked(self, app: faust.App, revoked: set[Any], **_: Any) -> None:
         self.health.on_revoked()
-        self.registry.forget(tp.partition for tp in revoked)
+        partitions = sorted({tp.partition for tp in revoked})
+        if self.first is not None and self.second is not None:
+            self.first.forget(partitions)
+            self.second.forget([scope for p in partitions
+                                for scope in self.registry.scopes_on(p)])
+        self.registry.forget(partitions)

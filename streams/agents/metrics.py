@@ -135,6 +135,20 @@ class Metrics:
         self.lag = Gauge("surplus_control_consumer_lag",
                          "Messages behind the end of each input partition",
                          ["topic", "partition"], registry=self.registry)
+        #: Two stages (``ControlPlaneSettings.stages``): parts sent and read, periods closed.
+        self.parts_sent = Counter("surplus_control_stage_parts_sent_total",
+                                  "First stage: per-scope period parts sent", ["shard"],
+                                  registry=self.registry)
+        self.parts_late = Counter("surplus_control_stage_parts_late_total",
+                                  "Second stage: parts that came after their period closed "
+                                  "(they join the open one)", ["scope"], registry=self.registry)
+        self.periods_closed = Counter("surplus_control_stage_periods_total",
+                                      "Second stage: periods closed, `complete` when every "
+                                      "expected shard had spoken, else `grace`",
+                                      ["scope", "how"], registry=self.registry)
+        self.shards_missing = Counter("surplus_control_stage_shards_missing_total",
+                                      "Second stage: expected shards missing when a period's "
+                                      "grace ran out", ["scope"], registry=self.registry)
         register_standard_collectors(self.registry)
 
     def observe_targets(self, targets: ControlTargets) -> None:

@@ -15,7 +15,7 @@ import copy
 import socket
 from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
@@ -99,6 +99,10 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     #: work, but a stranger must not be able to: by default the machine itself (the pod's
     #: capacity agent, a scheduler on the same host).
     notice_from: Annotated[tuple[str, ...], Meta(max_length=100)] = ("127.0.0.0/8", "::1/128")
+    #: The key of this replica's reports: ``scope`` (its region: one control-plane process
+    #: reads the region's telemetry) or ``replica`` (its worker id: the region's reports
+    #: spread over the partitions, for a control plane run with ``stages = 2``).
+    telemetry_key: Literal["scope", "replica"] = "scope"
     kafka: dict[str, Any] | None = None
 
     @property

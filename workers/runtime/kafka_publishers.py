@@ -1,6 +1,7 @@
 """The worker's two Kafka producer threads (`workers.runtime.kafka_io` starts them).
 
-- `TelemetryPublisher`: a `WindowReport` every report interval, keyed by scope.
+- `TelemetryPublisher`: a `WindowReport` every report interval, keyed by scope (or by
+  replica, for a two-stage control plane: `WorkerConfig.telemetry_key`).
 - `MembershipAnnouncer`: the replica's `ReplicaAnnouncement` once it serves, renewed every
   third of its lease, ``draining`` the moment a reclaim reaches it, and a tombstone on a
   clean stop.
@@ -53,8 +54,10 @@ class TelemetryPublisher(threading.Thread):
     def publish(self) -> None:
         worker = self.io.worker
         report = worker.window_report()
+        by_replica = worker.config.telemetry_key == "replica"
+        key = report.worker_id if by_replica else report.region
         try:
-            self.io.producer.produce(self.topic, key=report.region.encode(),
+            self.io.producer.produce(self.topic, key=key.encode(),
                                      value=encode(report), on_delivery=self._delivered)
         except BufferError:  # the local queue is full while the brokers are away
             worker.metrics.reports.labels("dropped").inc()

@@ -1,0 +1,98 @@
+"""One region across two control-plane processes (``--stages 2``) on a real broker.
+
+Twelve replicas of one region key their reports by replica, so the region's telemetry lands
+on both partitions and each process reads part of it. Pins: both processes send parts; the
+scope's owner merges them into one window that counts every replica's requests; its periods
+close complete (every part there) rather than by grace; targets come every period.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+import pytest
+
+from schemas.clock import wall_ms
+from schemas.contract import ControlTargets, WindowReport
+from schemas.kafka_config import KafkaSettings
+from schemas.sketch import new_sketch, to_wire
+from schemas.topics import scope_partition
+from surplus.fleet.procs import metric, scrape
+from surplus.localkafka import free_port
+from tests.integration.harness import Proc, TopicReader, publish
+from tests.integration.test_control_plane import _grant, _wait_targets
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+SCOPE, POOL = "eu1", "eu1/rank/baseline/a100/opportunistic"
+REPLICAS = [f"w{i}" for i in range(12)]
+PER_REPLICA = 200  # requests a report, one report a replica a second
+
+
+def _start(kafka: KafkaSettings, tmp_path: Path, name: str, port: int) -> Proc:
+    config = tmp_path / "control.toml"
+    config.write_text("period_s = 1.0\nttl_s = 5.0\n")
+    return Proc(["control-plane", "--bootstrap", kafka.bootstrap, "--prefix", kafka.prefix,
+                 "--config", str(config), "--app-id", f"{kafka.prefix}two-stage",
+                 "--partitions", "2", "--stages", "2", "--data-dir", str(tmp_path / name),
+                 "--metrics-port", str(port), "--loglevel", "warning"],
+                tmp_path / f"{name}.log", env={"SURPLUS_CONTROL_STAGE_GRACE_S": "0.8"})
+
+
+def _reports(now_ms: int) -> list[tuple[str | None, WindowReport]]:
+    sketch = new_sketch()
+    for i in range(PER_REPLICA):
+        sketch.add(5.0 + i % 10)
+    wire = to_wire(sketch)
+    return [(worker, WindowReport(
+        pool_id=POOL, worker_id=worker, region=SCOPE, service="rank", model="baseline",
+        tier="opportunistic", accelerator="a100", window_start_ms=now_ms - 1000,
+        window_end_ms=now_ms, requests=PER_REPLICA, baseline_requests=PER_REPLICA,
+        latency_ms=wire, utilisation=0.3, capacity_rps=100.0)) for worker in REPLICAS]
+
+
+def _feed(kafka: KafkaSettings, seconds: int) -> None:
+    """Every replica's report once a second, in the middle of each second (whole periods)."""
+    for _ in range(seconds):
+        time.sleep(1.5 - (time.time() % 1.0) if time.time() % 1.0 > 0.5
+                   else 0.5 - time.time() % 1.0)
+        publish(kafka, "telemetry", _reports(wall_ms()))
+
+
+def test_one_region_spread_over_two_processes_is_merged_into_one_window(
+        kafka: KafkaSettings, tmp_path: Path) -> None:
+    assert {scope_partition(w, 2) for w in REPLICAS} == {0, 1}  # the reports do spread
+    reader = TopicReader(kafka, "targets")
+    publish(kafka, "capacity", [(SCOPE, _grant(SCOPE, wall_ms()))])
+    ports = [free_port(), free_port()]
+    procs = [_start(kafka, tmp_path, name, port) for name, port in zip("ab", ports, strict=True)]
+    try:
+        _wait_targets(reader, SCOPE, 1, 90, *procs)
+        _feed(kafka, 8)  # both members join and the group settles
+        settled = len(reader.messages)
+        _feed(kafka, 8)
+        reader.poll(1.0)
+        samples = [scrape(f"http://127.0.0.1:{port}/metrics") for port in ports]
+        sent = [sum(v for k, v in s.items()
+                    if k.startswith("surplus_control_stage_parts_sent_total")) for s in samples]
+        assert all(n > 0 for n in sent), f"parts sent by each process: {sent}"
+        owner = max(samples, key=lambda s: metric(
+            s, "surplus_control_stage_periods_total", scope=SCOPE, how="complete"))
+        rate = metric(owner, "surplus_control_window_request_rate", scope=SCOPE, pool=POOL)
+        assert rate == pytest.approx(len(REPLICAS) * PER_REPLICA, rel=0.01), rate
+        complete = metric(owner, "surplus_control_stage_periods_total", scope=SCOPE,
+                          how="complete")
+        grace = metric(owner, "surplus_control_stage_periods_total", scope=SCOPE, how="grace")
+        print(f"parts sent {sent}, window {rate:.0f} req/s, periods complete {complete:.0f}, "
+              f"by grace {grace:.0f}")
+        assert complete >= 10 and grace <= complete / 4, (complete, grace)
+        times = sorted(t.issued_at_ms for t in reader.events(ControlTargets)[settled:]
+                       if t.scope == SCOPE)
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        assert len(times) >= 6 and max(gaps) <= 2_000, gaps
+    finally:
+        for proc in procs:
+            proc.stop()
+        reader.close()
