@@ -12,8 +12,10 @@ produced in batches; if the generator cannot write at the asked rate, ``achieved
 
 The control plane is ``processes`` real ``surplus control-plane`` processes in one consumer
 group over ``partitions`` partitions; the fleet's requests and replicas are spread over
-``regions`` scopes, named so that each lands on its own partition (a scope is one partition and
-one process today: more processes only spread whole scopes).
+``regions`` scopes, named so that each lands on its own partition. With ``stages`` 1 a scope is
+one partition and one process, so more processes only spread whole scopes; with ``stages`` 2
+the reports are keyed by replica and every process sums its share of every scope (the first
+stage), the scope's owner merging the parts (``streams.agents.stages``).
 
 The result (its JSON object is the last line):
 
@@ -269,6 +271,7 @@ def measure(bootstrap: str, shape: Shape, processes: int, seconds: float, workdi
             child = Child(f"control-{k}", [
                 "control-plane", "--bootstrap", bootstrap, "--prefix", prefix, "--app-id",
                 group, "--partitions", str(shape.partitions), "--metrics-port", str(port),
+                "--stages", str(shape.stages),
                 "--data-dir", str(workdir / f"data-{k}"), *config_args], workdir).start()
             stack.callback(child.stop)
             children.append((child, port))
@@ -348,23 +351,24 @@ def measure(bootstrap: str, shape: Shape, processes: int, seconds: float, workdi
 def run(replicas: int = 200, rps: float = 2000.0, sample: float = 0.1, processes: int = 2,
         seconds: float = 30.0, regions: int | None = None, partitions: int | None = None,
         clients: int | None = None, period_s: float | None = 1.0,
-        bootstrap: str | None = None) -> dict[str, Any]:
+        bootstrap: str | None = None, stages: int = 1) -> dict[str, Any]:
     """`surplus bench fleet`: one synthetic fleet against `processes` control-plane processes.
 
     :param period_s: the control period the processes run with (None: the shipped one, 10 s);
         the default ticks once per report interval so that targets can follow each window.
     """
     regions = regions or max(4, 2 * processes)
-    partitions = partitions or regions
+    # Two stages spread each scope's reports over the partitions: give every process two.
+    partitions = partitions or (max(regions, 2 * processes) if stages == 2 else regions)
     clients = clients or max(regions, replicas // 10)
     shape = Shape(replicas=replicas, rps=rps, sample=sample, regions=regions,
-                  partitions=partitions, clients=clients)
+                  partitions=partitions, clients=clients, stages=stages)
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="surplus-fleet-") as tmp:
         bootstrap = bootstrap or stack.enter_context(broker(Path(tmp)))
         result = measure(bootstrap, shape, processes, seconds, Path(tmp), period_s)
     asked = {"replicas": replicas, "rps": rps, "sample": sample, "processes": processes,
              "seconds": seconds, "regions": regions, "partitions": partitions,
-             "clients": clients, "period_s": period_s,
+             "clients": clients, "period_s": period_s, "stages": stages,
              "report_interval_s": shape.interval_s, "holdout": shape.holdout,
              "events_per_s_asked": round(shape.events_per_s())}
     short = result["achieved_rps"] < 0.95 * rps
@@ -389,10 +393,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=None)
     parser.add_argument("--period-s", type=float, default=1.0)
     parser.add_argument("--bootstrap", default=None)
+    parser.add_argument("--stages", type=int, choices=(1, 2), default=1)
     args = parser.parse_args()
     print(json.dumps(run(args.replicas, args.rps, args.sample, args.processes, args.seconds,
                          args.regions, args.partitions, args.clients, args.period_s,
-                         args.bootstrap)))
+                         args.bootstrap, args.stages)))
 
 
 if __name__ == "__main__":

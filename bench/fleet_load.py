@@ -42,6 +42,9 @@ class Shape:
     clients: int
     interval_s: float = REPORT_INTERVAL_S
     holdout: float = HOLDOUT
+    stages: int = 1
+    """2: reports are keyed by replica (``telemetry_key = "replica"``), as for a control
+    plane run with ``--stages 2``; 1: by scope."""
     label_delay_s: float = LABEL_DELAY_S
 
     @property
@@ -111,6 +114,8 @@ def generate(bootstrap: str, prefix: str, shape: Shape, seconds: float,
     label_tpl = {r: encode(OutcomeLabel(ts_ms=int(TS), scope=r, request_id=RID.decode(),
                                         value=float(VALUE))) for r in regions}
     label_partition = {r: scope_partition(r, shape.partitions) for r in regions}
+    report_keys = [(f"w{i}" if shape.stages == 2 else regions[i % len(regions)]).encode()
+                   for i in range(shape.replicas)]
     producer = kafka_clients.producer(kafka, **{
         "linger.ms": 20, "batch.num.messages": 10_000, "queue.buffering.max.messages": 2_000_000,
         "queue.buffering.max.kbytes": 2_000_000})
@@ -180,7 +185,7 @@ def generate(bootstrap: str, prefix: str, shape: Shape, seconds: float,
             end_ms = b"%d" % int((t0 + (j + 1) * shape.interval_s / shape.replicas) * 1000)
             start_ms = b"%d" % (int(end_ms) - int(shape.interval_s * 1000))
             value = reports[i].replace(WINDOW_START, start_ms).replace(WINDOW_END, end_ms)
-            produce(t_topic, regions[i % len(regions)].encode(), value)
+            produce(t_topic, report_keys[i], value)
             if i == shape.replicas - 1:
                 closes.append(now_s())
         reports_done = max(reports_done, due)

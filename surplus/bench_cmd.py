@@ -139,6 +139,12 @@ def bench(
         min=1, help="fleet: control-plane processes (`surplus control-plane`).")] = None,
     seconds: Annotated[float | None, typer.Option(
         min=5.0, help="fleet: seconds the fleet writes.")] = None,
+    regions: Annotated[int | None, typer.Option(
+        min=1, help="fleet: scopes the fleet is spread over (default: max(4, 2 x processes)).")]
+    = None,
+    stages: Annotated[int | None, typer.Option(
+        min=1, max=2, help="fleet: 2 runs the control plane in two stages, the reports keyed "
+                           "by replica, so one scope spreads over every process.")] = None,
 ) -> None:
     """Run benchmarks: one prints its JSON object; all write one table (--out/bench.json).
 
@@ -150,7 +156,8 @@ def bench(
     from bench.common import broker
 
     fleet_args = {k: v for k, v in {"replicas": replicas, "rps": rps, "sample": sample,
-                                    "processes": processes, "seconds": seconds}.items()
+                                    "processes": processes, "seconds": seconds,
+                                    "regions": regions, "stages": stages}.items()
                   if v is not None}
     chosen = [with_args(b, fleet_args) if b.name == "fleet" else b
               for b in BENCHES if not names or b.name in names]
