@@ -183,6 +183,7 @@ class _Sampler(threading.Thread):
         self.stop = threading.Event()
         self.counts: list[tuple[float, float, float]] = []  # (t, reports, all events)
         self.cpu: list[tuple[float, float, float, float]] = []  # (t, cpu_s, events, msgs)
+        self.cpu_by_process: list[tuple[float, list[float]]] = []  # (t, each one's cpu_s)
         self.lag: list[tuple[float, float]] = []
         self.targets: dict[str, list[float]] = {}
         self.errors: list[str] = []
@@ -228,7 +229,9 @@ class _Sampler(threading.Thread):
             now = now_s()
             try:
                 scraped = [_scrape(port) for _, port in self.procs]
-                cpu = sum(_proc_cpu_s(pid) for pid, _ in self.procs)
+                each = [_proc_cpu_s(pid) for pid, _ in self.procs]
+                cpu = sum(each)
+                self.cpu_by_process.append((now, each))
                 reports = sum(t.get("surplus_control_reports_total", 0.0) for t, _ in scraped)
                 events = sum(sum(t.values()) for t, _ in scraped)
                 self.counts.append((now, reports, events))
@@ -308,6 +311,7 @@ def measure(bootstrap: str, shape: Shape, processes: int, seconds: float, workdi
     idle_rate = ((idle[-1][1] - idle[0][1]) / (idle[-1][0] - idle[0][0])
                  if len(idle) > 1 and idle[-1][0] > idle[0][0] else 0.0)
     counted = sampler.counts[-1][2] if sampler.counts else 0.0
+    shares = _cpu_shares([c for t, c in sampler.cpu_by_process if warm <= t <= drained])
     delays, missed = after_close_delays(
         written["closes_s"], shape.replicas, [(t, r) for t, r, _ in sampler.counts],
         sampler.targets, since_s=warm, until_s=start + seconds - (period_s or 10.0))
@@ -341,11 +345,22 @@ def measure(bootstrap: str, shape: Shape, processes: int, seconds: float, workdi
         "events_per_s": round(written["events"] / max(written["seconds"], 1e-9)),
         "lag": {k: v for k, v in verdict.items() if k != "keeps_up"},
         "processes_alive": alive, "cpu_s": round(cpu_s, 2), "events_measured": round(events),
+        "cpu_share_by_process": shares,
         "targets_published": sum(len(v) for v in sampler.targets.values()),
         "scopes_with_targets": len(sampler.targets),
         "generator_behind_max_s": written["behind_max_s"],
         "raw": raw, "sampler_errors": sampler.errors[:3],
     }
+
+
+def _cpu_shares(samples: list[list[float]]) -> list[float] | None:
+    """Each process's share of the group's CPU between the first and last sample: how evenly
+    the work spread (one scope on one process with one stage; shared with two)."""
+    if len(samples) < 2:
+        return None
+    used = [b - a for a, b in zip(samples[0], samples[-1], strict=True)]
+    total = sum(used)
+    return [round(u / total, 3) for u in used] if total > 0 else None
 
 
 def run(replicas: int = 200, rps: float = 2000.0, sample: float = 0.1, processes: int = 2,
