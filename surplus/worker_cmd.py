@@ -48,6 +48,9 @@ def worker(
         help="Refuse targets and preemption notices (Kafka and POST /v1/preempt) that do "
              "not verify against the keyring in this key file or key directory, and sign "
              "this replica's own SIGTERM notice; re-read while it runs.")] = None,
+    telemetry_key: Annotated[str | None, typer.Option(
+        help="scope | replica: key this replica's reports by its region (a control plane "
+             "in one stage) or by its id (one run with --stages 2).")] = None,
 ) -> None:
     """Serve rankings until SIGTERM / Ctrl-C, then finish queued work and exit cleanly."""
     from workers.runtime.config import ConfigError, load_config
@@ -62,6 +65,7 @@ def worker(
                     if v is not None},
         "worker_id": worker_id, "model.path": model_path,
         "host": host, "port": port, "advertise_url": advertise_url,
+        "telemetry_key": telemetry_key,
         "targets_signing_key_file": str(signing_key_file) if signing_key_file else None}
     try:
         settings = load_config(config, overrides,

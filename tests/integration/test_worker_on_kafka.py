@@ -140,19 +140,25 @@ async def test_a_zero_notice_reclaim_on_the_topic_stops_optional_work_and_an_old
         assert outcomes.labels("preemption", "applied")._value.get() == 1
 
 
-async def test_window_reports_appear_on_the_telemetry_topic(kafka: KafkaSettings) -> None:
-    async with running_worker(kafka_config(kafka)) as (_, client):
+@pytest.mark.parametrize(("telemetry_key", "key"), [("scope", "eu1"), ("replica", "w1")])
+async def test_window_reports_appear_on_the_telemetry_topic_under_their_key(
+        kafka: KafkaSettings, telemetry_key: str, key: str) -> None:
+    from tests.integration.harness import TopicReader
+
+    async with running_worker(kafka_config(kafka, telemetry_key=telemetry_key)) as (_, client):
         for i in range(3):
             answer = await client.post(RANK_PATH, headers=JSON_BODY,
                                        data=body(2, 1, request_id=f"r{i}"))
             assert answer.status == 200
-
-        def counted(value: bytes) -> bool:
-            report = decode(WindowReport, value)
-            return report.requests > 0
-
-        report = decode(WindowReport, await asyncio.to_thread(
-            read_topic, kafka, "telemetry", counted))
+        reader = TopicReader(kafka, "telemetry")
+        try:
+            msg = await asyncio.to_thread(
+                reader.wait_for, lambda m: decode(WindowReport, m.value()).requests > 0, 20.0)
+        finally:
+            reader.close()
+    assert msg is not None, "no report with requests on the telemetry topic within 20 s"
+    report = decode(WindowReport, msg.value())
+    assert msg.key() == key.encode()  # by region; by replica for a two-stage control plane
     assert report.pool_id == "eu1/rank/baseline/cpu/baseline" and report.worker_id == "w1"
     assert report.requests == 3 and report.baseline_requests == 3
     assert report.optional_units_shed == {"stale_targets": 3}
