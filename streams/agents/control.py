@@ -5,6 +5,11 @@ All input topics are keyed by scope and co-partitioned, so the agents of the fou
 messages too: a timer sends one to each partition this process owns, and the tick agent ticks
 the scopes stored on that partition, so only the owner of a scope ever runs its controllers.
 
+With ``stages = 2`` telemetry is the exception: keyed by replica, a scope's reports reach every
+process, whose first stage sums them per period and sends the parts, keyed by scope, to the
+plane's partials topic; the scope's owner closes a period once its parts are in, not on its
+tick (``streams.agents.stages``).
+
 Controller state lives in a compacted changelog topic, partitioned like the inputs: written
 after every tick and every capacity or preemption event (before the targets it produced are
 published), read back for a partition when this process is assigned it. That is the job of a
