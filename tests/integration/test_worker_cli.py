@@ -79,9 +79,9 @@ def test_bad_config_stops_the_worker_at_start_naming_the_key(tmp_path: Path) -> 
         (["--config", str(good), "--no-kafka", "--model-path", str(tmp_path / "no.pt2")],
          "`model.path`: model file"),
     ]
-    for args, named in cases:
-        proc = surplus("worker", "--port", "0", *args)
-        _, err = proc.communicate(timeout=60)
+    procs = [surplus("worker", "--port", "0", *args) for args, _ in cases]  # side by side
+    for (args, named), proc in zip(cases, procs, strict=True):
+        _, err = proc.communicate(timeout=90)
         assert proc.returncode == 1, (args, err)
         assert named in err, (args, err)
         assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
