@@ -3,12 +3,17 @@
 Twelve replicas of one region key their reports by replica, so the region's telemetry lands
 on both partitions and each process reads part of it. Pins: both processes send parts; the
 scope's owner merges them into one window that counts every replica's requests; its periods
-close complete (every part there) rather than by grace; targets come every period.
+close complete (every part there) rather than by grace; targets come every period. Then the
+other process is killed -9: the owner's periods close by grace while its part is expected
+(counted), targets never stop, and once the group hands the dead process's partition over
+the owner's window counts every replica again.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -78,7 +83,14 @@ def _rates(kafka: KafkaSettings, port: int, seconds: int) -> list[float]:
     return rates
 
 
-def test_one_region_spread_over_two_processes_is_merged_into_one_window(
+def _periods(port: int) -> tuple[float, float]:
+    """The owner's periods of the scope closed complete, and by grace."""
+    samples = scrape(f"http://127.0.0.1:{port}/metrics")
+    return tuple(metric(samples, "surplus_control_stage_periods_total", scope=SCOPE, how=how)
+                 for how in ("complete", "grace"))  # type: ignore[return-value]
+
+
+def test_one_region_spread_over_two_processes_is_merged_and_survives_one_killed(
         kafka: KafkaSettings, tmp_path: Path) -> None:
     assert {scope_partition(w, 2) for w in REPLICAS} == {0, 1}  # the reports do spread
     reader = TopicReader(kafka, "targets")
@@ -112,6 +124,24 @@ def test_one_region_spread_over_two_processes_is_merged_into_one_window(
                        if t.scope == SCOPE)
         gaps = [b - a for a, b in itertools.pairwise(times)]
         assert len(times) >= 5 and max(gaps) <= 2_000, gaps
+
+        other = procs[1 - ports.index(owner)]
+        assert other.popen is not None
+        os.kill(other.popen.pid, signal.SIGKILL)
+        killed_at, before = wall_ms(), _periods(owner)
+        after_kill = _rates(kafka, owner, 25)
+        reader.poll(1.0)
+        complete, grace = _periods(owner)
+        print(f"after kill -9 of the other process: windows {after_kill} req/s, periods "
+              f"complete {complete - before[0]:.0f}, by grace {grace - before[1]:.0f}")
+        assert grace > before[1], "the dead shard's periods were not counted as missing"
+        times = sorted(t.issued_at_ms for t in reader.events(ControlTargets)
+                       if t.scope == SCOPE and t.issued_at_ms > killed_at - 2_000)
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        assert max(gaps) <= 3_000, f"targets stopped across the kill: {gaps}"
+        whole = [r for r in after_kill[-6:]
+                 if r == pytest.approx(len(REPLICAS) * PER_REPLICA, rel=0.01)]
+        assert len(whole) >= 4, after_kill  # the handed-over partition's replicas are back
     finally:
         for proc in procs:
             proc.stop()
