@@ -35,16 +35,16 @@ class ControlPlaneSettings(BaseSettings):
     #: scopes go without targets after a control-plane process dies without leaving (kill -9,
     #: a lost machine). Faust's default of 60 s outlives a typical targets TTL.
     session_timeout_s: float = Field(default=10.0, ge=6.0, le=300.0)
-    #: A stable name for this process (a StatefulSet pod, a systemd unit): static group
-    #: membership, so a process restarted in place takes its partitions back at once instead
-    #: of after the session timeout. The cost: a named process that stops for good does not
-    #: leave the group, so its scopes wait the session timeout before another takes them.
     #: How old the consumer's view of partition leaders may grow before it asks again. aiokafka
     #: does not ask again when a committed-offset reset is told "not the leader": after a
     #: restart during broker churn the process kept asking a former leader and published no
     #: targets for 77 s (`surplus chaos --seed 4`), until something else refreshed the view.
     #: The default (5 min) bounds that stall; this does, at a metadata request every few seconds.
     metadata_max_age_s: float = Field(default=5.0, ge=1.0, le=300.0)
+    #: A stable name for this process (a StatefulSet pod, a systemd unit): static group
+    #: membership, so a process restarted in place takes its partitions back at once instead
+    #: of after the session timeout. The cost: a named process that stops for good does not
+    #: leave the group, so its scopes wait the session timeout before another takes them.
     instance_id: str | None = Field(default=None, min_length=1, max_length=249,
                                     pattern=r"^[A-Za-z0-9._-]+$")
     #: Whether Faust declares (creates when missing) each topic it reads as it subscribes. It
