@@ -10,6 +10,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from schemas import kafka_clients
 from schemas.codec import decode, encode
+from schemas.contract import WindowPartial
 from schemas.kafka_clients import ConfigResource
 from schemas.kafka_config import KafkaSettings
 from schemas.topics import BY_LOGICAL
@@ -18,6 +19,24 @@ from tests.unit.schemas.samples import SAMPLES
 pytestmark = pytest.mark.kafka
 
 LOGICAL_OF = {spec.value_type: logical for logical, spec in BY_LOGICAL.items()}
+#: Types that travel on a topic of the control plane's own (`<prefix><app-id>-...`), which
+#: these tests create as the plane does: the two-stage plane's parts.
+OWN_TOPIC = {WindowPartial: "surplus-control-partials"}
+
+
+def _topic(kafka: KafkaSettings, event: Any) -> str:
+    own = OWN_TOPIC.get(type(event))
+    return f"{kafka.prefix}{own}" if own else kafka.topic(LOGICAL_OF[type(event)])
+
+
+@pytest.fixture(autouse=True)
+def _own_topics(kafka: KafkaSettings) -> None:
+    from surplus.topics import create_topics
+
+    create_topics(kafka_clients.admin(kafka),
+                  [kafka_clients.NewTopic(f"{kafka.prefix}{name}", num_partitions=2,
+                                          replication_factor=1)
+                   for name in OWN_TOPIC.values()], timeout_s=15.0)
 
 
 def _consume_all(kafka: KafkaSettings, topics: list[str], expected: int) -> list[Any]:
@@ -41,7 +60,7 @@ def test_confluent_kafka_round_trips_every_event_with_key_and_partition(
     producer = kafka_clients.producer(kafka)
     sent = {}
     for i, event in enumerate(SAMPLES):
-        topic = kafka.topic(LOGICAL_OF[type(event)])
+        topic = _topic(kafka, event)
         producer.produce(topic, key=f"key-{i}", value=encode(event), partition=i % 2)
         sent[f"key-{i}"] = (topic, i % 2, event)
     assert producer.flush(10) == 0
@@ -60,7 +79,7 @@ def test_aiokafka_round_trips_every_event_with_key_and_partition(kafka: KafkaSet
         sent = {}
         try:
             for i, event in enumerate(SAMPLES):
-                topic = kafka.topic(LOGICAL_OF[type(event)])
+                topic = _topic(kafka, event)
                 meta = await producer.send_and_wait(topic, key=f"k{i}".encode(),
                                                     value=encode(event), partition=1 - i % 2)
                 sent[f"k{i}"] = (topic, meta.partition, event)

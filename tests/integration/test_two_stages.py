@@ -34,11 +34,12 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 SCOPE, POOL = "eu1", "eu1/rank/baseline/a100/opportunistic"
 REPLICAS = [f"w{i}" for i in range(12)]
 PER_REPLICA = 200  # requests a report, one report a replica a second
+TTL_MS = 5_000
 
 
 def _start(kafka: KafkaSettings, tmp_path: Path, name: str, port: int) -> Proc:
     config = tmp_path / "control.toml"
-    config.write_text("period_s = 1.0\nttl_s = 5.0\n")
+    config.write_text(f"period_s = 1.0\nttl_s = {TTL_MS / 1000}\n")
     return Proc(["control-plane", "--bootstrap", kafka.bootstrap, "--prefix", kafka.prefix,
                  "--config", str(config), "--app-id", f"{kafka.prefix}two-stage",
                  "--partitions", "2", "--stages", "2", "--data-dir", str(tmp_path / name),
@@ -139,7 +140,10 @@ def test_one_region_spread_over_two_processes_is_merged_and_survives_one_killed(
                        if t.scope == SCOPE and t.issued_at_ms > killed_at - 2_000)
         gaps = [b - a for a, b in itertools.pairwise(times)]
         print(f"largest gap between targets across the kill: {max(gaps)} ms")
-        assert max(gaps) <= 3_000, f"targets stopped across the kill: {gaps}"
+        # No worker's targets lapse: the dead shard's periods close by grace, and the owner's
+        # own pause while the group hands the partition over (3.0 s in one CI run) stays
+        # inside the targets' TTL.
+        assert max(gaps) < TTL_MS, f"targets stopped across the kill: {gaps}"
         whole = [r for r in after_kill[-6:]
                  if r == pytest.approx(len(REPLICAS) * PER_REPLICA, rel=0.01)]
         assert len(whole) >= 4, after_kill  # the handed-over partition's replicas are back
