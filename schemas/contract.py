@@ -13,38 +13,11 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 SCHEMA_VERSION = 2
-#: Versions a reader accepts. v2 added measured work to WindowReport and ``limited_by`` to the
-#: targets; every v1 message is a valid v2 one, so readers upgrade first, then writers. v3 added
-#: the operator's overrides and the targets' reason ``operator``: only messages that use them are
-#: written as v3 (`OPERATOR_VERSION`), everything else stays v2, so a v2 reader keeps reading
-#: all it read before and refuses an operator's targets as an unknown version: baseline only.
-#: v4 turned RoutingOutcome into a decision record (lever choices, the router's propensity,
-#: holdout; the value may come later on the labels topic) and added OutcomeLabel: both are
-#: written as v4 (`DECISION_VERSION`); every older RoutingOutcome is a valid v4 one.
-#: v5 added the cap on the extra candidates of a request the powerful model serves
-#: (``SbmTarget.extra_candidates``): only targets that set it are written as v5
-#: (`POWERFUL_EXTRA_VERSION`), so an older reader refuses just those, as baseline only.
-#: v6 added to RoutingOutcome the extra candidates the caller offered (``available``), so
-#: the control plane learns how many a target can use at all: records that carry it are v6.
-#: v7 added the replica a CapacityEvent speaks for (``replica``): a capacity agent grants its
-#: own replica's share under its own lease. Only such events are v7 (`REPLICA_GRANT_VERSION`),
-#: so an older control plane refuses them (it would read one replica's share as the whole
-#: pool's) and reads the scheduler's pool-wide grants as before.
-#: v8 added issuers' signatures: ``key_id`` (the keyring entry that signed) on ControlTargets,
-#: PreemptionNotice, CapacityEvent and OperatorOverride, and ``signature`` on the last three
-#: (targets had one since v2). Only signed messages are v8 (`SIGNED_VERSION`): an unsigned
-#: one is written exactly as before, and an older reader refuses a signed one as an unknown
-#: version (readers upgrade first, then the issuers start signing).
-#: v9 added a decision record's inclusion probability (``RoutingOutcome.inclusion``): a client
-#: that logs a sample of its decisions says with what probability each was logged, so the
-#: estimators weigh it back up. Only sampled records carry it and are v9
-#: (`SAMPLED_VERSION`); a client logging every decision writes exactly what it wrote before,
-#: and an older control plane refuses a sampled record by version rather than read it as
-#: the whole traffic (readers upgrade first, then clients start sampling).
-#: v10 added a WindowReport's ``extras_room``: the most extra candidates one request could
-#: have carried at its admission in the window. Only reports that carry it are v10
-#: (`ROOM_VERSION`), so an older control plane refuses those rather than read a report it
-#: would plan past (control plane first, then workers).
+#: Versions a reader accepts. Each version after 2 added fields or types that only the messages
+#: using them are written with, so an older reader refuses just those by version and reads the
+#: rest; readers upgrade first, then writers. What each version added, and the upgrade order
+#: it asks for, is written once, in DESIGN.md (Data flow: "Every value carries a schema
+#: version"), and at each field below.
 READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
 OPERATOR_VERSION = 3
 DECISION_VERSION = 4
