@@ -11,13 +11,13 @@ from typing import Annotated, Any, Generic, TypeVar
 import msgspec
 
 from schemas.contract import (
-    EVENT_TYPES,
     READABLE_VERSIONS,
     Event,
     OutcomeLabel,
     RoutingOutcome,
     WindowReport,
 )
+from schemas.events import EVENT_TYPES
 
 E = TypeVar("E", bound=Event)
 

@@ -18,7 +18,7 @@ SCHEMA_VERSION = 2
 #: rest; readers upgrade first, then writers. What each version added, and the upgrade order
 #: it asks for, is written once, in DESIGN.md (Data flow: "Every value carries a schema
 #: version"), and at each field below.
-READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
+READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11})
 OPERATOR_VERSION = 3
 DECISION_VERSION = 4
 POWERFUL_EXTRA_VERSION = 5
@@ -480,13 +480,14 @@ class ReplicaAnnouncement(Event, frozen=True, kw_only=True):
                              "run out when it is sent admits nothing")
 
 
-EVENT_TYPES: tuple[type[Event], ...] = (
+#: The control loop's types (every type on the wire: `schemas.events.EVENT_TYPES`).
+CONTROL_TYPES: tuple[type[Event], ...] = (
     WindowReport, CapacityEvent, PreemptionNotice, ControlTargets, RoutingOutcome, DeadLetter,
     OperatorOverride, ReplicaAnnouncement, OutcomeLabel, LiftReport, WindowPartial,
 )
 
 __all__ = [
-    "DECISION_VERSION", "EVENT_TYPES", "LIMIT_REASONS", "OPERATOR_VERSION",
+    "CONTROL_TYPES", "DECISION_VERSION", "LIMIT_REASONS", "OPERATOR_VERSION",
     "POWERFUL_EXTRA_VERSION", "READABLE_VERSIONS", "REPLICA_GRANT_VERSION", "ROOM_VERSION",
     "SAMPLED_VERSION", "SCHEMA_VERSION", "SHED_REASONS", "SIGNED_VERSION", "SUPPLY_VERSION",
     "CapacityEvent", "ControlTargets",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 
-from schemas.contract import EVENT_TYPES
+from schemas.events import EVENT_TYPES
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "jsonschema"
 

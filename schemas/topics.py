@@ -21,6 +21,7 @@ from schemas.contract import (
     RoutingOutcome,
     WindowReport,
 )
+from schemas.precompute import PrecomputeJob, PrecomputeResult
 
 DEFAULT_PREFIX = "surplus."
 HOUR_MS = 3_600_000
@@ -74,6 +75,10 @@ CATALOG: tuple[TopicSpec, ...] = (
     # Membership: one value per replica id (a tombstone when it stops); every client reads all
     # of it, so one partition keeps the whole live set in one ordered log.
     TopicSpec("replicas", "replica id", ReplicaAnnouncement, 1, "compact", -1),
+    # The precompute lever: jobs spread by their key over every partition, taken by the
+    # opportunistic replicas of one model in a consumer group; answers kept, one per key.
+    TopicSpec("precompute", "job key", PrecomputeJob, SCOPE_PARTITIONS, "delete", HOUR_MS),
+    TopicSpec("cache", "job key", PrecomputeResult, SCOPE_PARTITIONS, "compact", -1),
     TopicSpec("deadletter", "source topic", DeadLetter, 1, "delete", 14 * 24 * HOUR_MS),
 )
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from schemas.precompute import PRECOMPUTE_GROUPS
 from schemas.topics import DEFAULT_PREFIX
 
 Component = Literal["control-plane", "worker", "client", "scheduler", "capacity-agent",
@@ -75,13 +76,21 @@ def required_acls(component: Component, prefix: str = DEFAULT_PREFIX,
                 _topic(prefix, "replicas", WRITE, "its membership: serving, draining, tombstone"),
                 _topic(prefix, "deadletter", WRITE, "undecodable targets or notices"),
                 AclRule("group", WORKER_GROUPS, "prefixed", ("DESCRIBE",),
-                        "its consumers' group ids (assigned by hand, commit nothing)")]
+                        "its consumers' group ids (assigned by hand, commit nothing)"),
+                _topic(prefix, "precompute", READ,
+                       "precompute jobs, on a lent replica with the lever on"),
+                _topic(prefix, "cache", WRITE, "precompute answers (PrecomputeResult)"),
+                AclRule("group", f"{prefix}{PRECOMPUTE_GROUPS}", "prefixed",
+                        ("READ", "DESCRIBE"),
+                        "the precompute group of its region and model (commits answered jobs)")]
     if component == "client":
         return [_topic(prefix, "targets", READ, "follows targets (manual assignment)"),
                 _topic(prefix, "replicas", READ, "routes to the live set (manual assignment)"),
                 _topic(prefix, "outcomes", WRITE, "decision records (batched)"),
                 _topic(prefix, "labels", WRITE, "outcome labels, when it knows them"),
                 _topic(prefix, "deadletter", WRITE, "undecodable targets"),
+                _topic(prefix, "precompute", WRITE, "precompute jobs for users likely to come"),
+                _topic(prefix, "cache", READ, "precompute answers, read at request time"),
                 AclRule("group", CLIENT_GROUPS, "prefixed", ("DESCRIBE",),
                         "its targets feed's group id (assigned by hand, commits nothing)")]
     if component == "scheduler":

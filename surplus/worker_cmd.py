@@ -51,6 +51,10 @@ def worker(
     telemetry_key: Annotated[str | None, typer.Option(
         help="scope | replica: key this replica's reports by its region (a control plane "
              "in one stage) or by its id (one run with --stages 2).")] = None,
+    precompute: Annotated[bool | None, typer.Option(
+        "--precompute/--no-precompute",
+        help="On a lent (opportunistic) replica: score jobs from the precompute topic in the "
+             "model's idle time, answers to the cache topic (needs Kafka).")] = None,
 ) -> None:
     """Serve rankings until SIGTERM / Ctrl-C, then finish queued work and exit cleanly."""
     from workers.runtime.config import ConfigError, load_config
@@ -65,7 +69,7 @@ def worker(
                     if v is not None},
         "worker_id": worker_id, "model.path": model_path,
         "host": host, "port": port, "advertise_url": advertise_url,
-        "telemetry_key": telemetry_key,
+        "telemetry_key": telemetry_key, "precompute.enabled": precompute,
         "targets_signing_key_file": str(signing_key_file) if signing_key_file else None}
     try:
         settings = load_config(config, overrides,

@@ -27,7 +27,8 @@ from schemas.codec import (
     decode_telemetry,
     encode,
 )
-from schemas.contract import EVENT_TYPES, Event
+from schemas.contract import Event
+from schemas.events import EVENT_TYPES
 from streams.control.config import ControlConfig
 from streams.eventlog import EventLogReader, decode_line, encode_line
 from streams.scopes import ScopeRegistry, StoredScope

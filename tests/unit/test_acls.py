@@ -27,8 +27,11 @@ def test_only_the_control_plane_may_write_targets() -> None:
 
 
 def test_receivers_read_only_what_they_follow() -> None:
-    assert _grants("worker", "READ") == {"surplus.targets", "surplus.preemption"}
-    assert _grants("client", "READ") == {"surplus.targets", "surplus.replicas"}
+    assert _grants("worker", "READ") == {"surplus.targets", "surplus.preemption",
+                                         "surplus.precompute",
+                                         "surplus.precompute."}  # and its group (prefixed)
+    assert _grants("client", "READ") == {"surplus.targets", "surplus.replicas",
+                                         "surplus.cache"}
     assert _grants("scheduler", "READ") == {"surplus.replicas"}  # where to post notices
 
 
@@ -55,3 +58,9 @@ def test_a_capacity_agent_may_only_lend_its_replica_and_send_its_notices() -> No
 def test_only_workers_announce_membership() -> None:
     writers = {c for c in acls.COMPONENTS if "surplus.replicas" in _grants(c, "WRITE")}
     assert writers == {"worker"}
+
+
+def test_only_workers_answer_precompute_jobs_and_only_clients_ask_for_them() -> None:
+    assert {c for c in acls.COMPONENTS if "surplus.cache" in _grants(c, "WRITE")} == {"worker"}
+    assert ({c for c in acls.COMPONENTS if "surplus.precompute" in _grants(c, "WRITE")}
+            == {"client"})

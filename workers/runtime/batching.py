@@ -108,6 +108,23 @@ def monotonic_ms() -> float:
     return time.monotonic() * 1000.0
 
 
+class IdleWork(Protocol):
+    """Work the inference thread does only when no request is queued (the precompute lever,
+    `workers.runtime.precompute`): one short slice a call, so a request that arrives waits
+    for one slice at most."""
+
+    def pending(self) -> bool: ...
+
+    def step(self, scorer: Scorer) -> None: ...
+
+    def halt(self) -> None:
+        """A notice: drop what is held, answer nothing scored across it."""
+
+
+#: How often an idle inference thread looks for idle work that came with no wake-up.
+IDLE_POLL_S = 0.05
+
+
 class Batcher:
     """Owns the admission queues and the inference thread; see the module docstring."""
 
@@ -122,6 +139,8 @@ class Batcher:
         self._cond = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
         self._stopping = False
+        #: Done between requests, never before one (`set_idle_work`).
+        self._idle_work: IdleWork | None = None
         admission.on_shed = self._shed  # dropped from the queue -> answer its waiter
         #: Rows a forward pass may take: the CPU's cap until `size_for` knows the device.
         self.max_batch_rows = batch_rows(config, "cpu")
@@ -156,6 +175,16 @@ class Batcher:
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout_s)
+
+    def set_idle_work(self, work: IdleWork | None) -> None:
+        with self._cond:
+            self._idle_work = work
+            self._cond.notify()
+
+    def wake(self) -> None:
+        """Idle work arrived: an idle inference thread looks at once."""
+        with self._cond:
+            self._cond.notify()
 
     @property
     def running(self) -> bool:
@@ -199,8 +228,11 @@ class Batcher:
     # -- control (any thread) --------------------------------------------------------------------
 
     def preempt(self) -> int:
-        """Drop all queued optional work and refuse more, now; returns the jobs dropped."""
+        """Drop all queued optional work and refuse more, now, idle work too; returns the
+        jobs dropped."""
         with self._cond:
+            if self._idle_work is not None:
+                self._idle_work.halt()
             return self.admission.preempt(self._now())
 
     def resume(self) -> None:
@@ -247,17 +279,24 @@ class Batcher:
             with self._cond:
                 batch = self._collect()
                 preemptions = self.admission.preemptions
+                idle = self._idle_work
             if batch is None:
                 return
+            if batch is _IDLE and idle is not None:
+                idle.step(self.scorer)
+                continue
             self._forward(batch, preemptions)
 
     def _collect(self) -> list[Admitted[Job]] | None:
-        """Wait for work, then for company up to ``max_wait_ms`` after the oldest row queued."""
+        """Wait for work, then for company up to ``max_wait_ms`` after the oldest row queued;
+        `_IDLE` when nothing is queued and there is idle work to do."""
         adm, cfg = self.admission, self.config
         while not adm.queued_items:
             if self._stopping:
                 return None
-            self._cond.wait()
+            if self._idle_work is not None and self._idle_work.pending():
+                return _IDLE
+            self._cond.wait(IDLE_POLL_S if self._idle_work is not None else None)
         while not self._stopping and adm.queued_units < self.max_batch_rows:
             oldest = adm.oldest_enqueued_ms()
             if oldest is None:
@@ -318,6 +357,10 @@ class Batcher:
 
     def _shed(self, job: Job, reason: ShedReason) -> None:
         _call_in_loop(job.loop, _settle, [(job, Shed(reason))])
+
+
+#: `_collect`'s answer when the queue is empty and idle work waits (compared by identity).
+_IDLE: list[Admitted[Job]] = []
 
 
 def _settle(results: list[tuple[Job, Any]]) -> None:

@@ -38,6 +38,17 @@ class ConfigError(ValueError):
     """The worker cannot start with this configuration; the message names the key."""
 
 
+class PrecomputeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The precompute lever on a lent replica (`workers.runtime.precompute`): jobs scored in
+    the inference thread's idle time, between requests."""
+
+    enabled: bool = False
+    #: A job is scored in slices of about this long, so a request waits one slice at most.
+    chunk_ms: Annotated[float, Meta(gt=0.0, le=1000.0)] = 2.0
+    #: Jobs read ahead of the one being scored; the partitions pause while it is full.
+    read_ahead: Annotated[int, Meta(ge=1, le=1000)] = 2
+
+
 class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """Everything one inference worker needs to know at start."""
 
@@ -63,6 +74,7 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     #: ``server._recycle_connections``); nginx's ``keepalive_requests`` long defaulted to 100.
     max_requests_per_connection: Annotated[int, Meta(ge=0, le=1_000_000)] = 100
     batching: BatchingConfig = BatchingConfig()
+    precompute: PrecomputeConfig = PrecomputeConfig()
     admission: AdmissionConfig = AdmissionConfig()
     limits: LocalLimits = LocalLimits()
     #: This replica's share of the fleet's optional-work budget in the targets.
@@ -206,12 +218,26 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     config.notice_networks()
     _check_backend(config)
     _check_inputs(config)
+    _check_precompute(config)
     files = {"model.path": config.model.path,
              **{f"model.artifacts.{d}": p for d, p in sorted(config.model.artifacts.items())}}
     for key, path in files.items():
         if path is not None and not Path(path).is_file():
             raise ConfigError(f"bad worker config at `{key}`: model file {path} does not exist")
     return config
+
+
+def _check_precompute(config: WorkerConfig) -> None:
+    """Precompute is optional work on lent capacity, read from Kafka: a baseline replica
+    spending its provisioned time on it, or one with no topic to read, is a mistake."""
+    if not config.precompute.enabled:
+        return
+    if config.tier != "opportunistic":
+        raise ConfigError("bad worker config at `precompute.enabled`: only an opportunistic "
+                          f"(lent) replica does precompute work, and this one is {config.tier}")
+    if config.kafka is None:
+        raise ConfigError("bad worker config at `precompute.enabled`: precompute jobs come "
+                          "from Kafka, and this worker has no [kafka] table")
 
 
 def _check_backend(config: WorkerConfig) -> None:

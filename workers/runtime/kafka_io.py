@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from schemas import kafka_clients
 from schemas.codec import encode
@@ -46,9 +46,22 @@ from workers.runtime.kafka_subscribers import (
     TargetsSubscriber,
 )
 from workers.runtime.metrics import WorkerMetrics
+from workers.runtime.precompute import PrecomputeRunner
 from workers.runtime.worker import Worker
 
 log = logging.getLogger("surplus.worker.kafka")
+
+
+class Stoppable(Protocol):
+    """One of the I/O threads."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def is_alive(self) -> bool: ...
+
+    def join(self, timeout: float | None = None) -> None: ...
 
 
 class OutageTracker:
@@ -144,11 +157,21 @@ class KafkaIO:
         self.preemption = PreemptionSubscriber(self)
         self.telemetry = TelemetryPublisher(self)
         self.membership = MembershipAnnouncer(self)
+        #: The precompute lever's consumer and idle work, where the config enables it.
+        self.precompute = (PrecomputeRunner(self) if worker.config.precompute.enabled
+                           else None)
         self._started = time.monotonic()
+
+    def _threads(self) -> tuple[Stoppable, ...]:
+        threads: tuple[Stoppable, ...] = (self.preemption, self.targets, self.telemetry,
+                                          self.membership)
+        return threads + ((self.precompute,) if self.precompute is not None else ())
 
     def start(self) -> None:
         self._started = time.monotonic()
-        for thread in (self.preemption, self.targets, self.telemetry, self.membership):
+        if self.precompute is not None:
+            self.worker.batcher.set_idle_work(self.precompute)
+        for thread in self._threads():
             thread.start()
 
     def publish_notice(self, notice: PreemptionNotice, timeout_s: float) -> bool:
@@ -161,7 +184,9 @@ class KafkaIO:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the threads, deliver what is queued (briefly: the brokers may be away), close."""
-        threads = (self.preemption, self.targets, self.telemetry, self.membership)
+        threads = self._threads()
+        if self.precompute is not None:
+            self.worker.batcher.set_idle_work(None)
         for thread in threads:
             thread.stop()
         for thread in threads:

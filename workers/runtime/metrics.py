@@ -132,5 +132,14 @@ class WorkerMetrics:
         self.announcements = Counter("surplus_worker_membership_announcements",
                                      "Membership announcements sent (replicas topic), by state "
                                      "(serving, draining, tombstone)", ["state"], registry=reg)
+        self.precompute_jobs = Counter("surplus_worker_precompute_jobs",
+                                       "Precompute jobs by outcome (answered, expired, "
+                                       "not_ours, refused, undelivered, model_failure)",
+                                       ["outcome"], registry=reg)
+        self.precompute_rows = Counter("surplus_worker_precompute_rows",
+                                       "Candidate rows scored for precompute jobs", registry=reg)
+        self.precompute_busy = Counter("surplus_worker_precompute_busy_seconds",
+                                       "Seconds the model spent on precompute slices (idle "
+                                       "time it filled)", registry=reg)
         reg.register(_StateCollector(snapshot))
         register_standard_collectors(reg)

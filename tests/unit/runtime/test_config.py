@@ -129,3 +129,16 @@ def test_bad_model_inputs_are_refused_at_start_naming_the_key(inputs: list[dict]
                                                               named: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(named)):
         load_config(None, {"worker_id": "w", "model.inputs": inputs})
+
+
+def test_precompute_on_a_baseline_replica_or_without_kafka_stops_the_worker_naming_the_key(
+) -> None:
+    with pytest.raises(ConfigError, match=r"`precompute.enabled`: only an opportunistic"):
+        load_config(None, {"worker_id": "w1", "precompute.enabled": True,
+                           "kafka": {"bootstrap": "127.0.0.1:1"}})
+    with pytest.raises(ConfigError, match=r"`precompute.enabled`: .*no \[kafka\] table"):
+        load_config(None, {"worker_id": "w1", "precompute.enabled": True,
+                           "tier": "opportunistic"})
+    config = load_config(None, {"worker_id": "w1", "precompute.enabled": True,
+                                "tier": "opportunistic", "kafka": {"bootstrap": "127.0.0.1:1"}})
+    assert config.precompute.enabled and config.precompute.chunk_ms == 2.0

@@ -22,6 +22,7 @@ from schemas.contract import (
     WindowPartial,
     WindowReport,
 )
+from schemas.precompute import PrecomputeJob, PrecomputeResult
 from schemas.sketch import new_sketch, to_wire
 
 
@@ -84,4 +85,11 @@ SAMPLES: list[Event] = [
         latency_ms=LatencySketch(relative_accuracy=0.02, offset=80, bins=[5, 900, 295],
                                  count=1200, sum=24_000.0, min=18.0, max=40.0))]),
     WindowPartial(region="eu1", shard="4", period_end_ms=1_700_000_005_000),
+    PrecomputeJob(job_key="user-42", scope="eu1", segment="s1", model="powerful",
+                  issued_at_ms=1_700_000_000_000, expires_at_ms=1_700_000_060_000,
+                  body=b"\x82\xa1n\x02", top=50),
+    PrecomputeResult(job_key="user-42", scope="eu1", segment="s1", model="powerful",
+                     pool_id="eu1/deep/opp", worker_id="p1", issued_at_ms=1_700_000_000_000,
+                     computed_at_ms=1_700_000_001_000, expires_at_ms=1_700_000_060_000,
+                     candidates=400, top_ids=[17, 3], top_scores=[0.9, 0.7]),
 ]

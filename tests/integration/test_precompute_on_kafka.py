@@ -1,0 +1,135 @@
+"""The precompute lever on a real broker: two lent replicas share the jobs in one consumer
+group and answer each on the cache topic under its key; a notice stops a replica mid-job, and
+the job it held, never committed, is read again and answered by the other. None is lost."""
+
+from __future__ import annotations
+
+import time
+from contextlib import AsyncExitStack
+
+import numpy as np
+import pytest
+
+from schemas import kafka_clients
+from schemas.clock import wall_ms
+from schemas.codec import encode
+from schemas.kafka_clients import TopicPartition
+from schemas.kafka_config import KafkaSettings
+from schemas.precompute import PrecomputeJob, PrecomputeResult
+from tests.integration.harness import TopicReader
+from tests.integration.test_worker_on_kafka import eventually, produce
+from tests.integration.worker_support import (
+    notice,
+    rank_request,
+    running_worker,
+    targets,
+    tiny_config,
+)
+from workers.runtime.batching import Scorer
+from workers.runtime.config import WorkerConfig
+from workers.runtime.precompute import PrecomputeRunner, group_id
+from workers.runtime.worker import Worker
+from workers.wire import encode_rank_request
+
+pytestmark = pytest.mark.kafka
+
+
+def lent(kafka: KafkaSettings, worker_id: str) -> WorkerConfig:
+    """A lent replica that scores a job one row a slice (``chunk_ms`` under a row's cost),
+    so a job of a few thousand candidates is still in service when the notice comes."""
+    return tiny_config(kafka={"bootstrap": kafka.bootstrap, "prefix": kafka.prefix},
+                       worker_id=worker_id, tier="opportunistic", report_interval_s=0.2,
+                       precompute={"enabled": True, "chunk_ms": 0.001})
+
+
+def job(key: str, candidates: int, seed: int = 0) -> bytes:
+    now = wall_ms()
+    body = encode_rank_request(rank_request(0, candidates, request_id=key, seed=seed),
+                               "msgpack")
+    return encode(PrecomputeJob(job_key=key, scope="eu1", segment="s1", model="baseline",
+                                issued_at_ms=now, expires_at_ms=now + 600_000, body=body,
+                                top=20))
+
+
+class Slow:
+    """The worker's own model, a millisecond slower a pass."""
+
+    def __init__(self, scorer: Scorer) -> None:
+        self.scorer = scorer
+
+    def score(self, *inputs: np.ndarray) -> np.ndarray:
+        time.sleep(0.001)
+        return self.scorer.score(*inputs)
+
+
+def runner(worker: Worker) -> PrecomputeRunner:
+    assert worker.kafka is not None and worker.kafka.precompute is not None
+    return worker.kafka.precompute
+
+
+def assigned(worker: Worker) -> list[int]:
+    return list(runner(worker).snapshot()["partitions"])
+
+
+def answers(reader: TopicReader) -> dict[str, list[PrecomputeResult]]:
+    reader.poll(0.3)
+    out: dict[str, list[PrecomputeResult]] = {}
+    for result in reader.events(PrecomputeResult):
+        out.setdefault(result.job_key, []).append(result)
+    return out
+
+
+async def test_jobs_are_answered_by_key_and_a_notice_hands_a_job_in_service_to_the_other(
+        kafka: KafkaSettings) -> None:
+    produce(kafka, "targets", "eu1", encode(targets(epoch=1, ttl_ms=600_000)))
+    reader = TopicReader(kafka, "cache")
+    async with AsyncExitStack() as stack:
+        w1, _ = await stack.enter_async_context(running_worker(lent(kafka, "w1")))
+        w2, _ = await stack.enter_async_context(running_worker(lent(kafka, "w2")))
+        await eventually(lambda: len(assigned(w1)) == 1 and len(assigned(w2)) == 1, 60.0)
+
+        producer = kafka_clients.producer(kafka, **{"linger.ms": 0})
+        keys = [f"user-{i}" for i in range(20)]
+        for i, key in enumerate(keys):
+            producer.produce(kafka.topic("precompute"), key=key, value=job(key, 10, seed=i))
+        assert producer.flush(10) == 0
+        await eventually(lambda: set(keys) <= set(answers(reader)), 60.0)
+        got = answers(reader)
+        assert {r.worker_id for k in keys for r in got[k]} == {"w1", "w2"}  # shared
+        for key in keys:
+            (result,) = got[key]
+            assert result.candidates == 10 and len(result.top_ids) == 10
+            assert result.top_scores == sorted(result.top_scores, reverse=True)
+
+        # A big job on w1's partition, which w1 scores slowly (a millisecond a row); the
+        # notice comes while it is in service.
+        (partition,) = assigned(w1)
+        w1.batcher.scorer = Slow(w1.batcher.scorer)
+        rows_before = runner(w1).rows_done
+        producer.produce(kafka.topic("precompute"), key=b"big", value=job("big", 4000),
+                         partition=partition)
+        assert producer.flush(10) == 0
+        await eventually(lambda: runner(w1).rows_done > rows_before + 50, 60.0)
+        answered_before = runner(w1).counts.get("answered", 0)
+        produce(kafka, "preemption", "eu1",
+                encode(notice(w1.config.pool, replicas=["w1"], notice_id="n-big")))
+        await eventually(lambda: "big" in answers(reader), 60.0)
+        (big,) = answers(reader)["big"]
+        assert big.worker_id == "w2" and big.candidates == 4000
+        assert runner(w1).counts.get("answered", 0) == answered_before
+        assert not runner(w1).snapshot()["allowed"] and runner(w1)._consumer is None
+
+        # Every job is committed by the group: none is left to be read again.
+        def committed() -> bool:
+            probe = kafka_clients.consumer(kafka, group_id(kafka.prefix, "eu1", "baseline"))
+            try:
+                topic = kafka.topic("precompute")
+                offsets = probe.committed([TopicPartition(topic, p) for p in (0, 1)], 10)
+                ends = [probe.get_watermark_offsets(TopicPartition(topic, p), 10)[1]
+                        for p in (0, 1)]
+                return [tp.offset for tp in offsets] == ends
+            finally:
+                probe.close()
+
+        await eventually(committed, 30.0)
+    reader.close()

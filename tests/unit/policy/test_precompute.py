@@ -1,0 +1,60 @@
+"""The precompute lever's pure rules: commits never pass an unanswered job, slices fit the
+measured cost, answers are the same however often a job is scored, and only lent capacity
+under fresh targets does the work."""
+
+from __future__ import annotations
+
+from workers.policy.precompute import (
+    OffsetLedger,
+    chunk_rows,
+    may_precompute,
+    top_k,
+)
+from workers.policy.targets import EffectiveTargets, baseline_only
+
+
+def test_a_commit_stops_at_the_first_job_still_open_and_moves_once_it_is_answered() -> None:
+    ledger = OffsetLedger()
+    for offset in (10, 11, 12):
+        ledger.take(0, offset)
+    ledger.done(0, 11)  # answered out of order
+    assert ledger.commits() == {0: 10}
+    ledger.done(0, 10)
+    assert ledger.commits() == {0: 12}
+    assert ledger.commits() == {}  # nothing moved since
+    ledger.done(0, 12)
+    assert ledger.commits() == {0: 13}
+    assert ledger.open_jobs() == 0
+
+
+def test_partitions_are_committed_apart_and_a_dropped_one_is_forgotten() -> None:
+    ledger = OffsetLedger()
+    ledger.take(0, 5)
+    ledger.take(1, 7)
+    ledger.done(1, 7)
+    assert ledger.commits() == {0: 5, 1: 8}
+    ledger.drop([0])
+    ledger.done(0, 5)  # a late answer for a partition given up: its new owner reads it again
+    assert ledger.commits() == {} and ledger.open_jobs() == 0
+
+
+def test_a_slice_takes_about_the_chunk_at_the_measured_cost_and_at_least_one_row() -> None:
+    assert chunk_rows(0.01, 2.0, 512) == 200
+    assert chunk_rows(0.001, 2.0, 512) == 512  # never more than a batch
+    assert chunk_rows(5.0, 2.0, 512) == 1  # one row costs more than the chunk: one row
+    assert chunk_rows(None, 2.0, 512) == 512  # nothing measured yet: one batch
+
+
+def test_the_best_candidates_come_first_and_ties_break_the_same_way_every_time() -> None:
+    ids, scores = top_k([7, 3, 9, 1], [0.5, 0.9, 0.5, 0.1], 3)
+    assert ids == [3, 7, 9] and scores == [0.9, 0.5, 0.5]
+    assert top_k([9, 7, 3, 1], [0.5, 0.5, 0.9, 0.1], 3) == (ids, scores)
+
+
+def test_only_a_lent_replica_under_fresh_targets_precomputes() -> None:
+    fresh = EffectiveTargets(extra_candidates=8, coverage=0.5, budget_units_per_s=1e3,
+                             segments={}, epoch=3, baseline_only=False, reason="applied")
+    assert may_precompute("opportunistic", fresh)
+    assert not may_precompute("baseline", fresh)
+    for reason in ("preempted", "stale", "no_targets"):
+        assert not may_precompute("opportunistic", baseline_only(reason))

@@ -1,0 +1,88 @@
+"""The precompute lever's rules on a replica, with no Kafka and no model in them.
+
+- `OffsetLedger`: a job's offset is committed only once its answer is on the cache topic, and
+  a partition's commit never passes a job not yet answered, so whatever a replica held when it
+  was reclaimed is read again by the replica that takes its partitions over. Answers may land
+  out of order (jobs are scored one at a time, delivered asynchronously); the commit is the
+  first offset still open.
+- `may_precompute`: precompute is optional work, so it runs only where RMA and SBM may: on a
+  lent (opportunistic) replica, under fresh trusted targets, never while preempted.
+- `chunk_rows`: a job is scored in slices that each take about ``chunk_ms`` at the measured
+  cost of a row, so a request that arrives meanwhile waits for one slice, not a whole job.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from schemas.contract import Tier
+from workers.policy.targets import EffectiveTargets
+
+
+class OffsetLedger:
+    """Per partition, the offsets taken and not yet answered, and the commit they allow.
+
+    Not thread-safe: the runner calls it under its own lock."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, set[int]] = {}
+        #: Per partition, one past the highest offset taken: the commit once nothing is open.
+        self._next: dict[int, int] = {}
+        self._committed: dict[int, int] = {}
+
+    def take(self, partition: int, offset: int) -> None:
+        """A job read; it stays open until `done`."""
+        self._open.setdefault(partition, set()).add(offset)
+        self._next[partition] = max(self._next.get(partition, 0), offset + 1)
+
+    def done(self, partition: int, offset: int) -> None:
+        """A job answered (or dropped for good: expired, not ours, undecodable). An offset
+        of a partition no longer held (`drop`) is ignored: its new owner reads it again."""
+        held = self._open.get(partition)
+        if held is not None:
+            held.discard(offset)
+
+    def commits(self) -> dict[int, int]:
+        """Partition -> the offset to commit (the next to read), where it moved since the
+        last call: the first still open, or one past the last taken when none is."""
+        out = {}
+        for partition, upto in self._next.items():
+            held = self._open.get(partition)
+            commit = min(held) if held else upto
+            if commit > self._committed.get(partition, -1):
+                self._committed[partition] = commit
+                out[partition] = commit
+        return out
+
+    def open_jobs(self) -> int:
+        return sum(len(held) for held in self._open.values())
+
+    def drop(self, partitions: Iterable[int]) -> None:
+        """Partitions given up (a rebalance, or leaving the group): forget them, so a late
+        answer neither commits nor holds back a commit there."""
+        for partition in partitions:
+            self._open.pop(partition, None)
+            self._next.pop(partition, None)
+            self._committed.pop(partition, None)
+
+
+def may_precompute(tier: Tier, effective: EffectiveTargets) -> bool:
+    """Lent capacity under trusted, fresh targets; never baseline replicas, never preempted
+    (a notice makes the targets baseline only), never without targets (fail safe)."""
+    return tier == "opportunistic" and not effective.baseline_only
+
+
+def chunk_rows(ms_per_row: float | None, chunk_ms: float, batch_rows: int) -> int:
+    """Rows to score in one slice of a job: about ``chunk_ms`` of work at the measured cost
+    of a row, at most a batch, at least one. Before any cost is measured: one batch."""
+    if ms_per_row is None or ms_per_row <= 0.0:
+        return batch_rows
+    return max(1, min(batch_rows, math.floor(chunk_ms / ms_per_row)))
+
+
+def top_k(ids: list[int], scores: list[float], k: int) -> tuple[list[int], list[float]]:
+    """The best ``k`` candidates, highest score first, ties by id: the same job scored twice
+    gives the same answer, which is what makes a redelivered job idempotent."""
+    order = sorted(range(len(ids)), key=lambda i: (-scores[i], ids[i]))[:k]
+    return [ids[i] for i in order], [scores[i] for i in order]
