@@ -27,6 +27,7 @@ from tests.integration.worker_support import (
 )
 from workers.runtime.batching import Scorer
 from workers.runtime.config import WorkerConfig
+from workers.runtime.kafka_io import KafkaIO
 from workers.runtime.precompute import PrecomputeRunner, group_id
 from workers.runtime.worker import Worker
 from workers.wire import encode_rank_request
@@ -63,7 +64,7 @@ class Slow:
 
 
 def runner(worker: Worker) -> PrecomputeRunner:
-    assert worker.kafka is not None and worker.kafka.precompute is not None
+    assert isinstance(worker.kafka, KafkaIO) and worker.kafka.precompute is not None
     return worker.kafka.precompute
 
 
