@@ -25,6 +25,8 @@ from tests.integration.worker_support import (
     targets,
     tiny_config,
 )
+from workers.client.client import RankingClient
+from workers.client.config import ClientConfig
 from workers.runtime.batching import Scorer
 from workers.runtime.config import WorkerConfig
 from workers.runtime.kafka_io import KafkaIO
@@ -134,3 +136,29 @@ async def test_jobs_are_answered_by_key_and_a_notice_hands_a_job_in_service_to_t
 
         await eventually(committed, 30.0)
     reader.close()
+
+
+async def test_a_client_asks_for_jobs_and_uses_each_answer_until_it_expires(
+        kafka: KafkaSettings) -> None:
+    produce(kafka, "targets", "eu1", encode(targets(epoch=1, ttl_ms=600_000)))
+    config = ClientConfig(scope="eu1", baseline_urls=["http://127.0.0.1:9"], precompute=True)
+    async with (running_worker(lent(kafka, "w1")) as (worker, _),
+                RankingClient(config, kafka) as client):
+        side = client.precompute
+        assert side is not None
+        await eventually(lambda: len(assigned(worker)) == 2, 60.0)
+        request = rank_request(0, 30, seed=7)
+        side.ask("user-a", segment="s1", model="baseline", candidates=request.candidates,
+                 dense=request.dense, ttl_ms=2_000, top=5)
+        side.ask("user-b", segment="s1", model="baseline", candidates=request.candidates,
+                 dense=request.dense, ttl_ms=600_000, top=5)
+        client.flush_decisions()
+        await eventually(lambda: len(side.answers) == 2, 60.0)
+        a, b = side.answer("user-a"), side.answer("user-b")
+        assert a is not None and b is not None
+        assert a.top_ids == b.top_ids and len(a.top_ids) == 5  # the same rows, the same answer
+        assert side.answer("user-c") is None
+        await eventually(lambda: side.answer("user-a") is None, 10.0)  # expired
+        assert side.answer("user-b") is not None
+        summary = client.summary()["precompute"]
+        assert summary["asked"] == 2 and summary["answers"]["miss"] == 1

@@ -42,6 +42,7 @@ from workers.client.decision import Decider, Decision
 from workers.client.decision_log import decision_record, label_logged
 from workers.client.feed import MembershipFeed, Refuse, TargetsFeed
 from workers.client.kafka_side import KafkaSide
+from workers.client.precompute import PrecomputeSide
 from workers.client.pool_calls import PoolCalls
 from workers.client.records import RecordQueue
 from workers.client.result import (
@@ -113,6 +114,8 @@ class RankingClient:
         #: Decision records and labels on their way to Kafka (None: no Kafka, or not started).
         self._records: RecordQueue | None = None
         self._served = ServedRequests()
+        #: The precompute lever's jobs and answers (``config.precompute``, with Kafka, started).
+        self.precompute: PrecomputeSide | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -125,6 +128,11 @@ class RankingClient:
             return  # targets and membership, if any, come through apply_targets/_membership
         side = self._kafka = KafkaSide(self.config, self.kafka, self.decider.bump)
         self._records = side.open_records()
+        if self.config.precompute:
+            self.precompute = PrecomputeSide(self.config.scope, self.kafka,
+                                             self._records.producer, self._clock,
+                                             self._records.dead_letter)
+            self.precompute.start()
         await side.follow(self.apply_targets,
                           None if self.membership is None else self.apply_membership)
 
@@ -133,6 +141,8 @@ class RankingClient:
         queued (waiting up to 5 s for the broker; what it did not take is counted)."""
         if self._kafka is not None:
             await self._kafka.stop()
+        if self.precompute is not None:
+            await self.precompute.stop()
         await self.transport.close()
         if self._records is not None:
             await self._records.close()
@@ -297,7 +307,10 @@ class RankingClient:
     def summary(self) -> dict[str, Any]:
         """Counters by class and reason, for the demo's summary.json (`client_summary`)."""
         side = self._kafka
-        return client_summary(self.config, self.decider, self._clock(),
-                              feed=None if side is None else side.feed,
-                              membership=self.membership,
-                              membership_feed=None if side is None else side.membership_feed)
+        out = client_summary(self.config, self.decider, self._clock(),
+                             feed=None if side is None else side.feed,
+                             membership=self.membership,
+                             membership_feed=None if side is None else side.membership_feed)
+        if self.precompute is not None:
+            out["precompute"] = self.precompute.summary()
+        return out

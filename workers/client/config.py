@@ -55,6 +55,9 @@ class ClientConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     rma_burst_s: Annotated[float, Meta(gt=0.0, le=60.0)] = 1.0
     #: Seed of the router's generator (routing is deterministic given it).
     seed: int = 0
+    #: Follow the precompute lever's answers (the cache topic, needs Kafka): `RankingClient`'s
+    #: ``precompute`` asks for jobs and says which requests have an answer waiting.
+    precompute: bool = False
     #: Publish a decision record (RoutingOutcome) per request to the outcomes topic, in
     #: batches of up to `decision_batch_max`, at least every `decision_linger_ms`.
     publish_outcomes: bool = True

@@ -1,0 +1,126 @@
+"""The client's half of the precompute lever: jobs it asks for, answers it follows.
+
+A service asks for a user's candidates to be scored ahead of the user's next request
+(`PrecomputeSide.ask`: a `PrecomputeJob` on the precompute topic, keyed by the user), and the
+lent replicas answer in their idle time on the compacted cache topic. `CacheFeed` follows that
+topic from its beginning (no group state, like the targets feed) into `Answers`, on the
+client's loop; `PrecomputeSide.answer` says whether a request may use one now. What a hit is
+worth (a ranking of more candidates than a request can wait for, with the request's own extras
+saved) is the service's to count; the load generator counts both (`surplus.live`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from schemas.codec import ContractError, codec_for, encode
+from schemas.contract import ModelKind
+from schemas.kafka_clients import Message, Producer
+from schemas.kafka_config import KafkaSettings
+from schemas.precompute import PrecomputeJob, PrecomputeResult
+from workers.api import MAX_DEADLINE_MS, Candidate, RankRequest
+from workers.client.feed import CompactedFeed, DeadLetterSink
+from workers.client.kafka_side import on_loop
+from workers.policy.precomputed import Answers
+from workers.wire import FeatureValue, encode_rank_request
+
+
+class CacheFeed(CompactedFeed):
+    """Follows the cache topic: every answer, handed to ``deliver`` on the feed's thread."""
+
+    logical = "cache"
+
+    def __init__(self, kafka: KafkaSettings, scope: str,
+                 deliver: Callable[[PrecomputeResult], None],
+                 dead_letter: DeadLetterSink | None = None,
+                 poll_timeout_s: float = 0.1) -> None:
+        super().__init__(kafka, scope, dead_letter, poll_timeout_s)
+        self._deliver = deliver
+        self._codec = codec_for(PrecomputeResult)
+
+    def _handle(self, msg: Message) -> None:
+        value = msg.value()
+        if value is None:
+            self._bump("tombstone")
+            return
+        try:
+            result = self._codec.decode(value)
+        except ContractError as exc:
+            self._bump("decode_error")
+            self._send_dead_letter(msg, value, str(exc))
+            return
+        self._bump("received")
+        self._deliver(result)
+
+
+class PrecomputeSide:
+    """Asks for jobs and holds their answers; use it from the client's event loop.
+
+    :param scope: the client's region: only its answers are held.
+    :param kafka: the cluster and topic prefix.
+    :param producer: the client's producer (jobs go out with its records).
+    :param clock: wall-clock milliseconds.
+    :param dead_letter: where an answer that does not decode goes.
+    """
+
+    def __init__(self, scope: str, kafka: KafkaSettings, producer: Producer,
+                 clock: Callable[[], int], dead_letter: DeadLetterSink | None = None) -> None:
+        self.scope = scope
+        self.kafka = kafka
+        self.producer = producer
+        self.clock = clock
+        self.answers = Answers(scope)
+        self._dead_letter = dead_letter
+        self.feed: CacheFeed | None = None
+        self.asked = 0
+        self.ask_failed = 0
+
+    def start(self) -> None:
+        """Follow the cache topic; answers reach `answers` on the running loop."""
+        loop = asyncio.get_running_loop()
+        self.feed = CacheFeed(self.kafka, self.scope,
+                              lambda result: on_loop(loop, self.answers.add, result),
+                              self._dead_letter)
+        self.feed.start()
+
+    async def stop(self) -> None:
+        if self.feed is not None:
+            await asyncio.to_thread(self.feed.stop)
+
+    def answer(self, job_key: str) -> PrecomputeResult | None:
+        """The answer a request of ``job_key`` may use now (counted as a hit or a miss)."""
+        return self.answers.fresh(job_key, self.clock())
+
+    def ask(self, job_key: str, *, segment: str, model: ModelKind,
+            candidates: Sequence[Candidate], dense: Sequence[float] = (),
+            features: Mapping[str, FeatureValue] | None = None, ttl_ms: int = 60_000,
+            top: int = 100) -> None:
+        """Send a job: score these candidates with ``model`` before ``job_key`` comes back.
+
+        :param ttl_ms: how long the answer is worth using (and the job worth doing).
+        :param top: the best candidates the answer keeps.
+        """
+        now = self.clock()
+        body = encode_rank_request(
+            RankRequest(request_id=job_key, segment=segment, value=0.0,
+                        deadline_ms=min(float(ttl_ms), MAX_DEADLINE_MS),
+                        dense=list(dense), candidates=list(candidates), base_count=0),
+            "msgpack", features)
+        job = PrecomputeJob(job_key=job_key, scope=self.scope, segment=segment, model=model,
+                            issued_at_ms=now, expires_at_ms=now + ttl_ms, body=body, top=top)
+        try:
+            self.producer.produce(self.kafka.topic("precompute"), key=job_key.encode(),
+                                  value=encode(job))
+        except BufferError:
+            self.ask_failed += 1
+            return
+        self.asked += 1
+
+    def summary(self) -> dict[str, Any]:
+        feed = self.feed
+        return {"asked": self.asked, "ask_failed": self.ask_failed,
+                "answers_held": len(self.answers), "answers": dict(sorted(
+                    self.answers.counts.items())),
+                "feed": {} if feed is None else dict(sorted(feed.counters.items()))}
