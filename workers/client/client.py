@@ -42,8 +42,8 @@ from workers.client.decision import Decider, Decision
 from workers.client.decision_log import decision_record, label_logged
 from workers.client.feed import MembershipFeed, Refuse, TargetsFeed
 from workers.client.kafka_side import KafkaSide
-from workers.client.precompute import PrecomputeSide
 from workers.client.pool_calls import PoolCalls
+from workers.client.precompute import PrecomputeSide
 from workers.client.records import RecordQueue
 from workers.client.result import (
     VALUE_BOUND,
