@@ -321,6 +321,27 @@ class LabelsPlant(_Config, frozen=True, kw_only=True):
         return unit * self.delay_median_s * math.exp(self.delay_sigma * z), dup_u < self.duplicated
 
 
+class PrecomputePlant(_Config, frozen=True, kw_only=True):
+    """The precompute lever's world: users who come back, and the jobs the service asks for.
+
+    Requests belong to ``users`` users, visited by a Zipf law of exponent ``user_skew``; each
+    user keeps its segment, dense features and retrieval run between visits, so an answer
+    scored ahead of a visit ranks what the visit ranks. The service asks for a job for each
+    user seen in the last ``recent_s`` (not again within ``refresh_s``): ``candidates`` extra
+    candidates beyond the base, scored by ``model``, usable for ``ttl_s``."""
+
+    enabled: bool = False
+    users: Annotated[int, Meta(ge=1, le=10_000_000)] = 2_000
+    user_skew: Annotated[float, Meta(gt=1.0, le=5.0)] = 1.2
+    candidates: Annotated[int, Meta(ge=1, le=16_000)] = 1_024
+    model: Literal["baseline", "powerful"] = "baseline"
+    recent_s: Positive = 30.0
+    refresh_s: Positive = 60.0
+    ttl_s: Positive = 120.0
+    #: Jobs a second at most (a cap; the rate follows what the replicas answer, measured).
+    max_jobs_per_s: Positive = 100.0
+
+
 class DelaysConfig(_Config, frozen=True, kw_only=True):
     """How long messages take to reach workers and clients (ms)."""
 
@@ -350,6 +371,7 @@ class Scenario(_Config, frozen=True, kw_only=True):
     controllers: ControllersConfig = ControllersConfig()
     delays: DelaysConfig = DelaysConfig()
     labels: LabelsPlant = LabelsPlant()
+    precompute: PrecomputePlant = PrecomputePlant()
     regions: list[RegionConfig] = []
     storms: list[StormConfig] = []
 

@@ -42,14 +42,15 @@ def control_plane(kafka: KafkaSettings, keys: Path, *, config: Path, port: int,
 
 
 def worker(kafka: KafkaSettings, keys: Path, *, config: Path, replica: plan.Replica,
-           port: int) -> list[str]:
-    """One inference worker as the scenario describes its replica."""
+           port: int, precompute: bool = False) -> list[str]:
+    """One inference worker as the scenario describes its replica; ``precompute``: it scores
+    the precompute lever's jobs in its idle time (a lent replica of the jobs' model)."""
     r = replica
     return ["worker", "--config", str(config), "--worker-id", r.worker_id,
             "--region", r.region, "--service", r.service, "--tier", r.tier,
             "--accelerator", r.accelerator, "--model", r.model,
             "--port", str(port), *kafka_args(kafka), "--loglevel", "warning",
-            *signing_args(keys)]
+            *signing_args(keys), *(["--precompute"] if precompute else [])]
 
 
 def timeline(scenario: str, duration_s: float, start_ms: int) -> list[str]:

@@ -184,11 +184,15 @@ class Demo:
         config.write_text(plan.to_toml(runinfo.worker_tree(self.scenario, self.replicas)))
         managed = plan.managed_replicas(self.changes)
         made = self.book.open_slices(self.replicas)
+        plant = self.scenario.precompute
         for r in self.replicas:
             cpu = made.get(r.worker_id)
+            precompute = (plant.enabled and r.tier == "opportunistic"
+                          and r.model == plant.model)
             self.children[r.worker_id] = Child(r.worker_id, commands.worker(
                 self.kafka, self.keys, config=config, replica=r,
-                port=self.ports.workers[r.worker_id]), self.out / "logs",
+                port=self.ports.workers[r.worker_id], precompute=precompute),
+                self.out / "logs",
                 nice=(self.opt.opportunistic_nice if r.tier == "opportunistic"
                       else self.opt.provisioned_nice),
                 enter=cpu.enter if cpu is not None else None)

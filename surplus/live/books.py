@@ -24,7 +24,7 @@ from workers.client.client import RankingClient
 
 LATENCY_BUCKETS_S = (0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.5, 1.0, 2.0)
 REQUEST_COLUMNS = ("t_ms", "latency_ms", "ok", "model", "segment", "extra_sent", "extra_scored",
-                   "fell_back", "error", "value", "gain_rma", "gain_sbm")
+                   "fell_back", "error", "value", "gain_rma", "gain_sbm", "gain_precompute")
 
 
 @dataclass
@@ -41,6 +41,11 @@ class Second:
     gain: float = 0.0
     gain_rma: float = 0.0
     gain_sbm: float = 0.0
+    #: Value of precompute answers used, over what the request's own extras would have given.
+    gain_precompute: float = 0.0
+    #: Requests served with a precompute answer, and the extras they did not send for it.
+    precompute_hits: int = 0
+    precompute_extra_saved: int = 0
     latencies: list[float] = field(default_factory=list)
     fate: dict[str, int] = field(default_factory=dict)
     """What became of the extra candidates retrieval offered (see ``LoadGenerator._one``), by
@@ -97,7 +102,10 @@ class Books:
 
     def served(self, offset: float, latency_ms: float, resp: RankResponse, extra_sent: int,
                extra_scored: int, fell_back: str | None, segment: str, value: float,
-               gain_rma: float, gain_sbm: float, fate: dict[str, int]) -> None:
+               gain_rma: float, gain_sbm: float, fate: dict[str, int], *,
+               gain_precompute: float = 0.0, precompute_saved: int | None = None) -> None:
+        """A request served; ``precompute_saved`` is None unless it used a precompute answer,
+        else the extras the targets offered it that it did not send."""
         for s in (self._second, self.totals):
             s.requests += 1
             s.powerful += resp.model == "powerful"
@@ -105,9 +113,13 @@ class Books:
             s.extra_sent += extra_sent
             s.extra_scored += extra_scored
             s.server_shed += resp.optional_shed
-            s.gain += gain_rma + gain_sbm
+            s.gain += gain_rma + gain_sbm + gain_precompute
             s.gain_rma += gain_rma
             s.gain_sbm += gain_sbm
+            s.gain_precompute += gain_precompute
+            if precompute_saved is not None:
+                s.precompute_hits += 1
+                s.precompute_extra_saved += precompute_saved
             for key, n in fate.items():
                 if n:
                     s.fate[key] = s.fate.get(key, 0) + n
@@ -122,9 +134,10 @@ class Books:
         m.optional.labels("scored").inc(extra_scored)
         m.value.labels("rma").inc(gain_rma)
         m.value.labels("sbm").inc(gain_sbm)
+        m.value.labels("precompute").inc(gain_precompute)
         self.rows.append((round(offset, 1), round(latency_ms, 3), 1, resp.model, segment,
                           extra_sent, extra_scored, fell_back or "", "", round(value, 5),
-                          round(gain_rma, 6), round(gain_sbm, 6)))
+                          round(gain_rma, 6), round(gain_sbm, 6), round(gain_precompute, 6)))
 
     def failed(self, offset: float, reason: str, segment: str = "") -> None:
         for s in (self._second, self.totals):
@@ -132,7 +145,8 @@ class Books:
             s.failed += 1
         self.errors[reason] = self.errors.get(reason, 0) + 1
         self.metrics.requests.labels("failed").inc()
-        self.rows.append((round(offset, 1), "", 0, "", segment, 0, 0, "", reason, "", 0.0, 0.0))
+        self.rows.append((round(offset, 1), "", 0, "", segment, 0, 0, "", reason, "", 0.0, 0.0,
+                          0.0))
 
     def write_rows(self) -> None:
         """Append the rows of the requests done since the last call to requests.csv (each
@@ -166,6 +180,7 @@ class Books:
             "failed": s.failed, "powerful": s.powerful, "fell_back": s.fell_back,
             "extra_sent": s.extra_sent, "extra_scored": s.extra_scored,
             "server_shed": s.server_shed, "gain": round(s.gain, 6),
+            "precompute_hits": s.precompute_hits,
             "p50_ms": None if lat is None else round(float(np.percentile(lat, 50)), 3),
             "p99_ms": None if lat is None else round(float(np.percentile(lat, 99)), 3),
             "in_flight": in_flight, "targets": eff,

@@ -59,6 +59,10 @@ from surplus.live.labels import Labels
 from workers.client.client import RankingClient, RankingError
 from workers.client.config import ClientConfig
 from workers.client.decision import logged_propensity
+from workers.policy.precomputed import JobPlanner
+
+#: How often the load generator asks for the precompute jobs due.
+JOB_EVERY_S = 0.25
 
 # The names other modules import from here (``surplus loadgen``, the tests, the metrics
 # conventions' check).
@@ -115,7 +119,13 @@ class LoadGenerator:
         self.say = say
         self.segments = {s.name: s for s in region.segments}
         self.draws = RequestDraws(region, scenario.seed + 1, num_dense=num_dense,
-                                  num_sparse=num_sparse)
+                                  num_sparse=num_sparse, precompute=scenario.precompute)
+        plant = scenario.precompute
+        #: Which users to ask precompute jobs for (the lever on, and a client that follows
+        #: the answers).
+        self.planner = (JobPlanner(int(plant.recent_s * 1000), int(plant.refresh_s * 1000),
+                                   plant.max_jobs_per_s)
+                        if plant.enabled and client.precompute is not None else None)
         self._noise = np.random.default_rng(scenario.seed + 2)
         self.labels = Labels(scenario.labels, scenario.seed + 3, client)
         self.metrics = LoadMetrics()
@@ -138,13 +148,16 @@ class LoadGenerator:
         self.out.mkdir(parents=True, exist_ok=True)
         with (self.out / "requests.csv").open("w", newline="") as fh:
             csv.writer(fh).writerow(REQUEST_COLUMNS)
-        ticker = asyncio.create_task(self._every_second(stop))
+        tasks = [asyncio.create_task(self._every_second(stop))]
+        if self.planner is not None:
+            tasks.append(asyncio.create_task(self._ask_jobs(stop)))
         try:
             await self._send_all(stop)
         finally:
-            ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ticker
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             if self._in_flight:
                 await asyncio.wait(self._in_flight, timeout=5.0)
             for task in self._in_flight:
@@ -167,13 +180,44 @@ class LoadGenerator:
             self._in_flight.add(task)
             task.add_done_callback(self._in_flight.discard)
 
+    async def _ask_jobs(self, stop: asyncio.Event) -> None:
+        """Every ``JOB_EVERY_S``, ask for jobs for the users due (`JobPlanner`), as many as
+        the replicas measurably answer (`PrecomputeSide.room`)."""
+        side, planner, plant = self.client.precompute, self.planner, self.scenario.precompute
+        assert side is not None and planner is not None
+        while not stop.is_set():
+            await asyncio.sleep(JOB_EVERY_S)
+            for user in planner.due(wall_ms(), side.room()):
+                seg, dense, candidates = self.draws.job(user)
+                side.ask(user, segment=seg.name, model=plant.model, candidates=candidates,
+                         dense=dense, ttl_ms=int(plant.ttl_s * 1000),
+                         top=self.region.base_candidates)
+            self.client.flush_decisions()
+
+    def _precomputed(self, user: str | None) -> int | None:
+        """The extra candidates a precompute answer for ``user`` ranked (None: no answer
+        to use now); the user counts as seen."""
+        side = self.client.precompute
+        if user is None or side is None or self.planner is None:
+            return None
+        self.planner.seen(user, wall_ms())
+        answer = side.answer(user)
+        if answer is None:
+            return None
+        return max(0, answer.candidates - self.region.base_candidates)
+
     async def _one(self, i: int, offset: float) -> None:
         seg, value, dense, candidates = self.draws.next()
+        precomputed = self._precomputed(self.draws.user)
+        if precomputed is not None:  # ranked ahead, over more candidates: send the base only
+            candidates = candidates[:self.region.base_candidates]
         # What the targets allow right now: client.rank() decides before its first await, so
         # this is the state its decision sees.
         eff = self.client.decider.targets.current(wall_ms())
-        offered = self.region.max_extra_candidates
+        offered = len(candidates) - self.region.base_candidates
         targeted = 0 if eff.baseline_only else min(eff.extra_candidates, offered)
+        saved = (None if precomputed is None else 0 if eff.baseline_only
+                 else min(eff.extra_candidates, self.region.max_extra_candidates))
         why = (eff.reason if eff.baseline_only
                else "targets_zero" if targeted == 0 else "below_demand")
         untargeted = (why, offered - targeted)
@@ -192,30 +236,37 @@ class LoadGenerator:
         extra_scored = resp.optional_scored
         gain_rma = rma_value(self.region, extra_scored)
         gain_sbm = seg.gain if resp.model == "powerful" else 0.0
+        gain_pre = (0.0 if precomputed is None
+                    else max(0.0, rma_value(self.region, precomputed) - gain_rma))
         fate = {"done": extra_scored, f"untargeted/{untargeted[0]}": untargeted[1]}
         lost = result.decision.extra - extra_scored
         if resp.optional_shed:
             fate[f"worker/{resp.shed_reason or 'unspecified'}"] = min(lost, resp.optional_shed)
         if lost > resp.optional_shed:
             fate["fallback" if result.fell_back else "lost"] = lost - resp.optional_shed
-        observed = self.outcome_value(resp.request_id, seg.name, resp.model, extra_scored)
+        observed = self.outcome_value(resp.request_id, seg.name, resp.model, extra_scored,
+                                      gain_pre)
         self.labels.later(resp.request_id, observed)
         if result.decision.holdout:
             self.books.holdout_requests += 1
         else:
             d = result.decision
             p = logged_propensity(d.model, d.propensity, resp.model)
-            self.books.truth(seg.name, resp.model == "powerful", gain_sbm + gain_rma, 1.0 / p)
+            self.books.truth(seg.name, resp.model == "powerful",
+                             gain_sbm + gain_rma + gain_pre, 1.0 / p)
         self.books.served(offset, result.latency_ms, resp, result.decision.extra, extra_scored,
-                          result.fell_back, seg.name, observed, gain_rma, gain_sbm, fate)
+                          result.fell_back, seg.name, observed, gain_rma, gain_sbm, fate,
+                          gain_precompute=gain_pre, precompute_saved=saved)
 
-    def outcome_value(self, request_id: str, segment: str, model: str, scored: int) -> float:
-        """What the ranking service observes for a served request (noisy ground truth)."""
+    def outcome_value(self, request_id: str, segment: str, model: str, scored: int,
+                      precomputed: float = 0.0) -> float:
+        """What the ranking service observes for a served request (noisy ground truth);
+        ``precomputed``: what a precompute answer added over the request's own extras."""
         seg = self.segments.get(segment)
         if seg is None:
             return 0.0
         true = (seg.value + (seg.gain if model == "powerful" else 0.0)
-                + rma_value(self.region, scored))
+                + rma_value(self.region, scored) + precomputed)
         return true + float(self._noise.normal(0.0, seg.outcome_noise))
 
     # -- the books -------------------------------------------------------------------------
@@ -241,14 +292,21 @@ class LoadGenerator:
             "extra_sent": t.extra_sent, "extra_scored": t.extra_scored,
             "server_shed": t.server_shed, "incremental_value": round(t.gain, 6),
             "incremental_value_by_lever": {"rma": round(t.gain_rma, 6),
-                                           "sbm": round(t.gain_sbm, 6)},
+                                           "sbm": round(t.gain_sbm, 6),
+                                           "precompute": round(t.gain_precompute, 6)},
+            "precompute": {"hits": t.precompute_hits,
+                           "extra_saved": t.precompute_extra_saved,
+                           "candidates": self.scenario.precompute.candidates,
+                           "model": self.scenario.precompute.model}
+            if self.planner is not None else None,
             "holdout_requests": self.books.holdout_requests,
             "treated_requests": t.requests - self.books.holdout_requests,
             "lift_true": self.books.lift_true(),
             "labels_sent": self.labels.sent, "labels_lost": self.labels.lost,
             "labels_not_yet_due": self.labels.due,
             "planned_requests": len(self.offsets), "client_cuts": self.books.client_cuts(),
-            "extra_offered": t.requests * self.region.max_extra_candidates,
+            "extra_offered": t.requests * self.region.max_extra_candidates
+            - t.precompute_hits * self.region.max_extra_candidates,
             "optional_fate": dict(sorted(t.fate.items())),
             "client": self.client.summary(),
             "attribution": "arrivals: Azure LLM inference trace 2023, Microsoft Azure Public "
@@ -285,7 +343,7 @@ def client_config(scenario: Scenario, region: RegionConfig, baseline_urls: list[
         default_deadline_ms=region.deadline_ms, baseline_timeout_ms=region.timeout_ms,
         powerful_deadline_share=part.powerful_deadline_share, rma_burst_s=part.rma_burst_s,
         seed=scenario.seed, limits=part.limits, router=part.router, shed=part.shed,
-        holdout_fraction=part.holdout_fraction)
+        holdout_fraction=part.holdout_fraction, precompute=scenario.precompute.enabled)
 
 
 async def run_loadgen(scenario: Scenario, region: RegionConfig, base_dir: Path, *,

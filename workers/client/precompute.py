@@ -23,7 +23,7 @@ from schemas.precompute import PrecomputeJob, PrecomputeResult
 from workers.api import MAX_DEADLINE_MS, Candidate, RankRequest
 from workers.client.feed import CompactedFeed, DeadLetterSink
 from workers.client.kafka_side import on_loop
-from workers.policy.precomputed import Answers
+from workers.policy.precomputed import Answers, JobWindow
 from workers.wire import FeatureValue, encode_rank_request
 
 
@@ -72,6 +72,8 @@ class PrecomputeSide:
         self.producer = producer
         self.clock = clock
         self.answers = Answers(scope)
+        #: Jobs in flight, held to what the replicas measurably answer (`JobWindow`).
+        self.window = JobWindow()
         self._dead_letter = dead_letter
         self.feed: CacheFeed | None = None
         self.asked = 0
@@ -81,13 +83,22 @@ class PrecomputeSide:
         """Follow the cache topic; answers reach `answers` on the running loop."""
         loop = asyncio.get_running_loop()
         self.feed = CacheFeed(self.kafka, self.scope,
-                              lambda result: on_loop(loop, self.answers.add, result),
+                              lambda result: on_loop(loop, self._answered, result),
                               self._dead_letter)
         self.feed.start()
 
     async def stop(self) -> None:
         if self.feed is not None:
             await asyncio.to_thread(self.feed.stop)
+
+    def _answered(self, result: PrecomputeResult) -> None:
+        self.answers.add(result)
+        self.window.answered(result.job_key)
+
+    def room(self) -> int:
+        """Jobs that may be asked for now: the replicas' measured answers, less those in
+        flight (`JobWindow`)."""
+        return self.window.room(self.clock())
 
     def answer(self, job_key: str) -> PrecomputeResult | None:
         """The answer a request of ``job_key`` may use now (counted as a hit or a miss)."""
@@ -117,10 +128,12 @@ class PrecomputeSide:
             self.ask_failed += 1
             return
         self.asked += 1
+        self.window.asked(job_key, job.expires_at_ms)
 
     def summary(self) -> dict[str, Any]:
         feed = self.feed
         return {"asked": self.asked, "ask_failed": self.ask_failed,
+                "answer_rate": round(self.window.answer_rate, 3),
                 "answers_held": len(self.answers), "answers": dict(sorted(
                     self.answers.counts.items())),
                 "feed": {} if feed is None else dict(sorted(feed.counters.items()))}

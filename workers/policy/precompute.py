@@ -86,3 +86,35 @@ def top_k(ids: list[int], scores: list[float], k: int) -> tuple[list[int], list[
     gives the same answer, which is what makes a redelivered job idempotent."""
     order = sorted(range(len(ids)), key=lambda i: (-scores[i], ids[i]))[:k]
     return [ids[i] for i in order], [scores[i] for i in order]
+
+
+class Pace:
+    """How long idle work rests after a slice, so that it and the requests together use at
+    most ``max_share`` of the replica's CPU slice.
+
+    A lent replica runs in a CPU quota (its grant): a process that spends its quota early in
+    a period is throttled for the rest of it, and a request arriving then waits for the next
+    period, however idle the model looked. So precompute is paced, not just run whenever the
+    queue is empty: after a slice of ``s`` seconds it rests ``s * (1 / share - 1)``, where
+    ``share`` is what is left of ``max_share`` of the slice after the requests' own measured
+    busy share (at least ``floor``: idle work never stops for good while it is allowed).
+    """
+
+    def __init__(self, cores: float, max_share: float, floor: float = 0.02) -> None:
+        self.cores = cores
+        self.max_share = max_share
+        self.floor = floor
+        self.ready_at_s = 0.0
+
+    def share(self, request_busy: float) -> float:
+        """Of one core (the inference thread), what precompute may use now: ``request_busy``
+        is the requests' busy seconds per second lately."""
+        allowed = self.cores * self.max_share - request_busy
+        return min(1.0, max(self.floor, allowed))
+
+    def after(self, elapsed_s: float, now_s: float, request_busy: float) -> None:
+        share = self.share(request_busy)
+        self.ready_at_s = now_s + elapsed_s * (1.0 / share - 1.0)
+
+    def ready_in(self, now_s: float) -> float:
+        return max(0.0, self.ready_at_s - now_s)

@@ -84,8 +84,9 @@ class JobPlanner:
             gone, _ = self._seen.popitem(last=False)
             self._sent.pop(gone, None)
 
-    def due(self, now_ms: int) -> list[str]:
-        """The users to send a job for now: most recently seen first, within the rate."""
+    def due(self, now_ms: int, room: int | None = None) -> list[str]:
+        """The users to send a job for now: most recently seen first, within the rate and
+        at most ``room`` (the jobs the replicas can take now, `JobWindow`)."""
         if self._last_ms is not None:
             self._allowance = min(self.max_per_s,
                                   self._allowance + self.max_per_s * (now_ms - self._last_ms)
@@ -93,7 +94,8 @@ class JobPlanner:
         self._last_ms = now_ms
         out: list[str] = []
         for user, at in reversed(self._seen.items()):
-            if self._allowance < 1.0 or now_ms - at > self.recent_ms:
+            if (self._allowance < 1.0 or now_ms - at > self.recent_ms
+                    or (room is not None and len(out) >= room)):
                 break
             if now_ms - self._sent.get(user, -self.refresh_ms) < self.refresh_ms:
                 continue
@@ -101,3 +103,58 @@ class JobPlanner:
             self._allowance -= 1.0
             out.append(user)
         return out
+
+
+class JobWindow:
+    """How many jobs may be outstanding: what the replicas answered in the last
+    ``horizon_s``, measured, never less than ``min_window``.
+
+    Lent capacity is what it is at the moment: jobs asked past what the replicas answer only
+    wait in the topic and age (an answer computed late is worth less, and one past its expiry
+    is dropped unscored). So the client keeps about ``horizon_s`` of measured answers in
+    flight, and the window grows as the replicas answer more, as a TCP sender's does.
+    """
+
+    def __init__(self, horizon_s: float = 2.0, min_window: int = 4,
+                 rate_half_life_s: float = 5.0) -> None:
+        self.horizon_s = horizon_s
+        self.min_window = min_window
+        self.rate_half_life_s = rate_half_life_s
+        self._open: dict[str, int] = {}
+        self._rate = 0.0
+        self._answered_since = 0
+        self._last_ms: int | None = None
+
+    def asked(self, key: str, expires_at_ms: int) -> None:
+        self._open[key] = expires_at_ms
+
+    def answered(self, key: str) -> None:
+        if self._open.pop(key, None) is not None:
+            self._answered_since += 1
+
+    def room(self, now_ms: int) -> int:
+        """Jobs that may be asked for now."""
+        self._measure(now_ms)
+        for key in [k for k, expires in self._open.items() if expires <= now_ms]:
+            del self._open[key]  # never answered: its replica was reclaimed, or it aged out
+        return max(0, self.window() - len(self._open))
+
+    def window(self) -> int:
+        return max(self.min_window, int(self._rate * self.horizon_s))
+
+    @property
+    def answer_rate(self) -> float:
+        """Answers a second, smoothed over ``rate_half_life_s``."""
+        return self._rate
+
+    def _measure(self, now_ms: int) -> None:
+        if self._last_ms is None:
+            self._last_ms = now_ms
+            return
+        dt = (now_ms - self._last_ms) / 1000.0
+        if dt < 0.1:
+            return
+        keep = 0.5 ** (dt / self.rate_half_life_s)
+        self._rate = keep * self._rate + (1.0 - keep) * self._answered_since / dt
+        self._answered_since = 0
+        self._last_ms = now_ms

@@ -113,7 +113,8 @@ class IdleWork(Protocol):
     `workers.runtime.precompute`): one short slice a call, so a request that arrives waits
     for one slice at most."""
 
-    def pending(self) -> bool: ...
+    def ready_in(self) -> float | None:
+        """Seconds until the next slice may run (0: now), None while there is none to do."""
 
     def step(self, scorer: Scorer) -> None: ...
 
@@ -294,9 +295,13 @@ class Batcher:
         while not adm.queued_items:
             if self._stopping:
                 return None
-            if self._idle_work is not None and self._idle_work.pending():
-                return _IDLE
-            self._cond.wait(IDLE_POLL_S if self._idle_work is not None else None)
+            wait: float | None = None
+            if self._idle_work is not None:
+                ready_in = self._idle_work.ready_in()
+                if ready_in is not None and ready_in <= 0.0:
+                    return _IDLE
+                wait = IDLE_POLL_S if ready_in is None else min(ready_in, IDLE_POLL_S)
+            self._cond.wait(wait)
         while not self._stopping and adm.queued_units < self.max_batch_rows:
             oldest = adm.oldest_enqueued_ms()
             if oldest is None:

@@ -29,8 +29,9 @@ from schemas.clock import wall_ms
 from schemas.codec import ContractError, codec_for, encode
 from schemas.kafka_clients import Consumer, KafkaError, Message, TopicPartition
 from schemas.precompute import PRECOMPUTE_GROUPS, PrecomputeJob, PrecomputeResult
+from workers.capacity.observe import own_quota
 from workers.features import Rows, assemble
-from workers.policy.precompute import OffsetLedger, chunk_rows, may_precompute, top_k
+from workers.policy.precompute import OffsetLedger, Pace, chunk_rows, may_precompute, top_k
 from workers.runtime.batching import Scorer
 from workers.wire import ShapeMismatch, decode_rank_request, model_rows
 
@@ -90,12 +91,21 @@ class PrecomputeRunner(threading.Thread):
         self.counts: dict[str, int] = {}
         self.busy_s = 0.0
         self.rows_done = 0
+        quota = own_quota()
+        #: The slice it may fill: ``max_share`` of the replica's CPU quota (one core with
+        #: none), less what the requests use (`Pace`).
+        self._pace = Pace(quota.cores if quota is not None else 1.0, self.config.max_share)
+        #: The requests' busy seconds per second, lately (the batcher's forward passes).
+        self._request_busy = 0.0
+        self._busy_seen = (time.monotonic(), 0.0)
 
     # -- the batcher's idle work (inference thread) ---------------------------------------------
 
-    def pending(self) -> bool:
+    def ready_in(self) -> float | None:
         """Cheap and lock-light: called under the batcher's lock between requests."""
-        return self._allowed and (self._current is not None or bool(self._ready))
+        if not self._allowed or (self._current is None and not self._ready):
+            return None
+        return self._pace.ready_in(time.monotonic())
 
     def step(self, scorer: Scorer) -> None:
         """Score one slice of the job in hand; answer it once its last slice is scored."""
@@ -115,6 +125,7 @@ class PrecomputeRunner(threading.Thread):
             self._finish(held, "model_failure", str(exc))
             return
         elapsed = time.perf_counter() - t0
+        self._pace.after(elapsed, time.monotonic(), self._request_busy)
         self.worker.metrics.precompute_busy.inc(elapsed)
         self.worker.metrics.precompute_rows.inc(chunk.count)
         with self._lock:
@@ -209,7 +220,18 @@ class PrecomputeRunner(threading.Thread):
                 self._current = None
             return self._allowed
 
+    def _measure_requests(self) -> None:
+        """The requests' busy share over the last half second or more, smoothed."""
+        now, total = time.monotonic(), self.worker.batcher.busy_s
+        then, before = self._busy_seen
+        if now - then < 0.5:
+            return
+        share = max(0.0, total - before) / (now - then)
+        self._request_busy = 0.5 * self._request_busy + 0.5 * share
+        self._busy_seen = (now, total)
+
     def _turn(self) -> None:
+        self._measure_requests()
         consumer = self._join()
         self._commit(consumer, asynchronous=True)
         self.io.producer.poll(0)

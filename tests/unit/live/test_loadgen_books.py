@@ -61,7 +61,8 @@ async def test_every_request_and_every_offered_candidate_is_counted_once(
     lines = [json.loads(x) for x in (tmp_path / "loadgen.jsonl").read_text().splitlines()]
     assert sum(line["requests"] for line in lines) == ARRIVALS
     assert summary["incremental_value"] == pytest.approx(
-        sum(float(r["gain_rma"]) + float(r["gain_sbm"]) for r in rows), abs=1e-4)
+        sum(float(r["gain_rma"]) + float(r["gain_sbm"]) + float(r["gain_precompute"])
+            for r in rows), abs=1e-4)
     held = summary["holdout_requests"]          # the holdout gets no optional work, booked
     assert isinstance(held, int) and fate.get("client/holdout", 0) == 20 * held
     assert summary["incremental_value"] == pytest.approx(

@@ -4,8 +4,11 @@ under fresh targets does the work."""
 
 from __future__ import annotations
 
+import pytest
+
 from workers.policy.precompute import (
     OffsetLedger,
+    Pace,
     chunk_rows,
     may_precompute,
     top_k,
@@ -58,3 +61,14 @@ def test_only_a_lent_replica_under_fresh_targets_precomputes() -> None:
     assert not may_precompute("baseline", fresh)
     for reason in ("preempted", "stale", "no_targets"):
         assert not may_precompute("opportunistic", baseline_only(reason))
+
+
+def test_idle_work_is_paced_to_what_the_slice_has_left_after_the_requests() -> None:
+    pace = Pace(cores=0.5, max_share=0.8)
+    assert pace.share(0.0) == pytest.approx(0.4)  # 80% of half a core, no requests
+    assert pace.share(0.3) == pytest.approx(0.1)  # the requests took most of it
+    assert pace.share(0.9) == pace.floor  # never nothing while it is allowed
+    pace.after(0.002, 10.0, 0.0)  # a 2 ms slice at 0.4 of a core: rest 3 ms
+    assert pace.ready_in(10.0) == pytest.approx(0.003)
+    assert pace.ready_in(10.004) == 0.0
+    assert Pace(cores=4.0, max_share=0.8).share(0.0) == 1.0  # one thread, one core at most

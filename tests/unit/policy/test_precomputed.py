@@ -5,7 +5,7 @@ within the rate."""
 from __future__ import annotations
 
 from schemas.precompute import PrecomputeResult
-from workers.policy.precomputed import Answers, JobPlanner
+from workers.policy.precomputed import Answers, JobPlanner, JobWindow
 
 
 def answer(key: str, issued: int = 1_000, expires: int = 60_000, scope: str = "eu1",
@@ -51,3 +51,22 @@ def test_jobs_go_to_the_users_seen_lately_once_per_refresh_within_the_rate() -> 
     planner.seen("a", 25_000)
     assert planner.due(25_000) == []  # "a"'s last job was 23 s ago, under the refresh
     assert planner.due(32_500) == ["a"]  # "b".."d" were seen too long ago
+
+
+def test_the_job_window_follows_the_answers_measured_and_forgets_jobs_never_answered() -> None:
+    window = JobWindow(horizon_s=2.0, min_window=4, rate_half_life_s=1.0)
+    assert window.room(0) == 4  # nothing measured: the floor
+    for i in range(4):
+        window.asked(f"u{i}", expires_at_ms=60_000)
+    assert window.room(100) == 0
+    now = 0
+    for second in range(1, 11):  # the replicas answer 20 jobs a second
+        for i in range(20):
+            key = f"s{second}-{i}"
+            window.asked(key, expires_at_ms=60_000)
+            window.answered(key)
+        now = second * 1000
+        window.room(now)
+    assert 19.0 < window.answer_rate <= 20.0 and window.window() >= 38
+    assert window.room(now) == window.window() - 4  # the four never answered still count
+    assert window.room(60_000) == window.window()  # until they expire

@@ -41,8 +41,8 @@ class Slices:
         self.steps = 0
         self.stepping = threading.Event()
 
-    def pending(self) -> bool:
-        return not self.halted
+    def ready_in(self) -> float | None:
+        return None if self.halted else 0.0
 
     def step(self, scorer: Scorer) -> None:
         self.log.add("slice")
