@@ -57,7 +57,7 @@ def worker(
              "model's idle time, answers to the cache topic (needs Kafka).")] = None,
 ) -> None:
     """Serve rankings until SIGTERM / Ctrl-C, then finish queued work and exit cleanly."""
-    from workers.runtime.config import ConfigError, load_config
+    from workers.runtime.config import ConfigError, check_precompute_kafka, load_config
     from workers.runtime.models import ModelLoadError
     from workers.runtime.server import GIL_SWITCH_INTERVAL_S, serve
 
@@ -75,6 +75,7 @@ def worker(
         settings = load_config(config, overrides,
                                defaults={"worker_id": f"{socket.gethostname()}-{os.getpid()}"})
         settings = _kafka_switch(settings, bootstrap, prefix, kafka)
+        check_precompute_kafka(settings)
     except ConfigError as exc:
         fail(str(exc))
     kafka_block = settings.kafka_settings()

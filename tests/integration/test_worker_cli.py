@@ -78,6 +78,9 @@ def test_bad_config_stops_the_worker_at_start_naming_the_key(tmp_path: Path) -> 
         (["--config", str(good), "--bootstrap", "x"], "`kafka.bootstrap`"),
         (["--config", str(good), "--no-kafka", "--model-path", str(tmp_path / "no.pt2")],
          "`model.path`: model file"),
+        (["--config", str(good), "--precompute"], "`precompute.enabled`: only an opportunistic"),
+        (["--config", str(good), "--no-kafka", "--precompute", "--tier", "opportunistic"],
+         "`precompute.enabled`: precompute jobs come from Kafka"),
     ]
     procs = [surplus("worker", "--port", "0", *args) for args, _ in cases]  # side by side
     for (args, named), proc in zip(cases, procs, strict=True):

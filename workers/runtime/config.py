@@ -232,16 +232,19 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
 
 
 def _check_precompute(config: WorkerConfig) -> None:
-    """Precompute is optional work on lent capacity, read from Kafka: a baseline replica
-    spending its provisioned time on it, or one with no topic to read, is a mistake."""
-    if not config.precompute.enabled:
-        return
-    if config.tier != "opportunistic":
+    """Precompute is optional work on lent capacity: a baseline replica spending its
+    provisioned time on it is a mistake. (Its Kafka is checked once the command line's
+    Kafka flags are merged in: `check_precompute_kafka`.)"""
+    if config.precompute.enabled and config.tier != "opportunistic":
         raise ConfigError("bad worker config at `precompute.enabled`: only an opportunistic "
                           f"(lent) replica does precompute work, and this one is {config.tier}")
-    if config.kafka is None:
+
+
+def check_precompute_kafka(config: WorkerConfig) -> None:
+    """Precompute jobs come from Kafka: a worker told to do them with none stops at start."""
+    if config.precompute.enabled and config.kafka is None:
         raise ConfigError("bad worker config at `precompute.enabled`: precompute jobs come "
-                          "from Kafka, and this worker has no [kafka] table")
+                          "from Kafka, and this worker has no [kafka] table or --bootstrap")
 
 
 def _check_backend(config: WorkerConfig) -> None:

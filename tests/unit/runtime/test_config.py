@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.runtime.config import ConfigError, load_config
+from workers.runtime.config import ConfigError, check_precompute_kafka, load_config
 
 
 def test_pool_id_is_derived_from_identity_unless_given() -> None:
@@ -136,9 +136,10 @@ def test_precompute_on_a_baseline_replica_or_without_kafka_stops_the_worker_nami
     with pytest.raises(ConfigError, match=r"`precompute.enabled`: only an opportunistic"):
         load_config(None, {"worker_id": "w1", "precompute.enabled": True,
                            "kafka": {"bootstrap": "127.0.0.1:1"}})
+    lent = load_config(None, {"worker_id": "w1", "precompute.enabled": True,
+                              "tier": "opportunistic"})  # --bootstrap may still give Kafka
     with pytest.raises(ConfigError, match=r"`precompute.enabled`: .*no \[kafka\] table"):
-        load_config(None, {"worker_id": "w1", "precompute.enabled": True,
-                           "tier": "opportunistic"})
+        check_precompute_kafka(lent)
     config = load_config(None, {"worker_id": "w1", "precompute.enabled": True,
                                 "tier": "opportunistic", "kafka": {"bootstrap": "127.0.0.1:1"}})
     assert config.precompute.enabled and config.precompute.chunk_ms == 2.0
