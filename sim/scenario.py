@@ -334,7 +334,8 @@ class PrecomputePlant(_Config, frozen=True, kw_only=True):
     users: Annotated[int, Meta(ge=1, le=10_000_000)] = 2_000
     user_skew: Annotated[float, Meta(gt=1.0, le=5.0)] = 1.2
     candidates: Annotated[int, Meta(ge=1, le=16_000)] = 1_024
-    model: Literal["baseline", "powerful"] = "baseline"
+    models: Annotated[tuple[Literal["baseline", "powerful"], ...],
+                      Meta(min_length=1, max_length=2)] = ("baseline",)
     recent_s: Positive = 30.0
     refresh_s: Positive = 60.0
     ttl_s: Positive = 120.0

@@ -171,6 +171,7 @@ def progress_line(t: float, duration_s: float, phase: str, loadgen: Path,
     cuts = line.get("client_cuts", {})
     client_cut = sum(v for k, v in cuts.items() if not k.startswith("baseline_only"))
     parts.append(f"client cuts {client_cut:,}")
+    parts.append(f"precomputed {line.get('precompute_hits', 0):3d} req/s")
     parts.append(f"failed {failed_requests(loadgen)}")
     return " | ".join(parts)
 

@@ -256,6 +256,7 @@ def _levers(info: RunInfo, rec: Recorded | None, loadgen: dict[str, Any] | None,
     if loadgen is not None:
         out["incremental_value"] = loadgen.get("incremental_value")
         out["incremental_value_by_lever"] = loadgen.get("incremental_value_by_lever")
+        out["precompute"] = _precompute(loadgen)
         out["requests_served_by_powerful_model"] = loadgen.get("served_powerful")
         out["powerful_fallbacks"] = loadgen.get("fell_back")
         requests = max(1, int(loadgen.get("requests", 0)))
@@ -276,6 +277,19 @@ def _levers(info: RunInfo, rec: Recorded | None, loadgen: dict[str, Any] | None,
         out.update(_busy_share(info, slices, reported))
         out["limited_by"] = analysis.limited_by(rec.targets)
     return out
+
+
+def _precompute(loadgen: dict[str, Any]) -> dict[str, Any] | None:
+    """The precompute lever's books: visits that used an answer, the live extras they did
+    not send, and the client's jobs and answers (None: the lever was off)."""
+    books = loadgen.get("precompute")
+    if not books:
+        return None
+    client = (loadgen.get("client") or {}).get("precompute") or {}
+    answers = client.get("answers", {})
+    return {**books, "jobs_asked": client.get("asked"),
+            "answers_received": answers.get("received"),
+            "answer_lookups": {k: answers.get(k, 0) for k in ("hit", "miss", "expired")}}
 
 
 def _busy_share(info: RunInfo, samples: list[tuple[float, Sample]],
@@ -324,7 +338,8 @@ HEADLINE = ("baseline_requests_total", "baseline_requests_failed",
             "baseline_sla_violation_windows", "baseline_windows_judged", "sla_p99_ms",
             "baseline_p99_ms_worst_window", "baseline_p99_ms_median_window",
             "optional_units_done", "optional_units_shed", "incremental_value",
-            "notice_to_shed_p99_ms", "notice_to_shed_mean_ms", "notice_delivery_p99_ms",
+            "incremental_value_by_lever", "precompute", "notice_to_shed_p99_ms",
+            "notice_to_shed_mean_ms", "notice_delivery_p99_ms",
             "broker_gc_pause_max_ms", "opportunistic_busy_share_lent",
             "opportunistic_busy_share_method", "client_sla_violation_windows",
             "limited_by", "coverage_mean",

@@ -188,7 +188,7 @@ class Demo:
         for r in self.replicas:
             cpu = made.get(r.worker_id)
             precompute = (plant.enabled and r.tier == "opportunistic"
-                          and r.model == plant.model)
+                          and r.model in plant.models)
             self.children[r.worker_id] = Child(r.worker_id, commands.worker(
                 self.kafka, self.keys, config=config, replica=r,
                 port=self.ports.workers[r.worker_id], precompute=precompute),

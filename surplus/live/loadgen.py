@@ -48,10 +48,11 @@ import numpy as np
 from prometheus_client import start_http_server
 
 from schemas.clock import wall_ms
+from schemas.contract import ModelKind
 from schemas.heap import freeze_startup_heap
 from schemas.kafka_config import KafkaSettings
 from schemas.signing import KeySource
-from sim.scenario import RegionConfig, Scenario
+from sim.scenario import RegionConfig, Scenario, SegmentConfig
 from sim.traces import arrival_counts
 from surplus.live.books import LATENCY_BUCKETS_S, REQUEST_COLUMNS, Books, LoadMetrics, Second
 from surplus.live.draws import RequestDraws
@@ -59,6 +60,7 @@ from surplus.live.labels import Labels
 from workers.client.client import RankingClient, RankingError
 from workers.client.config import ClientConfig
 from workers.client.decision import logged_propensity
+from workers.policy.holdout import in_holdout
 from workers.policy.precomputed import JobPlanner
 
 #: How often the load generator asks for the precompute jobs due.
@@ -121,11 +123,12 @@ class LoadGenerator:
         self.draws = RequestDraws(region, scenario.seed + 1, num_dense=num_dense,
                                   num_sparse=num_sparse, precompute=scenario.precompute)
         plant = scenario.precompute
-        #: Which users to ask precompute jobs for (the lever on, and a client that follows
-        #: the answers).
-        self.planner = (JobPlanner(int(plant.recent_s * 1000), int(plant.refresh_s * 1000),
-                                   plant.max_jobs_per_s)
-                        if plant.enabled and client.precompute is not None else None)
+        #: Per model, which users to ask precompute jobs for (the lever on, and a client
+        #: that follows the answers; none otherwise).
+        self.planners: dict[ModelKind, JobPlanner] = (
+            {m: JobPlanner(int(plant.recent_s * 1000), int(plant.refresh_s * 1000),
+                           plant.max_jobs_per_s) for m in plant.models}
+            if plant.enabled and client.precompute is not None else {})
         self._noise = np.random.default_rng(scenario.seed + 2)
         self.labels = Labels(scenario.labels, scenario.seed + 3, client)
         self.metrics = LoadMetrics()
@@ -149,7 +152,7 @@ class LoadGenerator:
         with (self.out / "requests.csv").open("w", newline="") as fh:
             csv.writer(fh).writerow(REQUEST_COLUMNS)
         tasks = [asyncio.create_task(self._every_second(stop))]
-        if self.planner is not None:
+        if self.planners:
             tasks.append(asyncio.create_task(self._ask_jobs(stop)))
         try:
             await self._send_all(stop)
@@ -181,34 +184,48 @@ class LoadGenerator:
             task.add_done_callback(self._in_flight.discard)
 
     async def _ask_jobs(self, stop: asyncio.Event) -> None:
-        """Every ``JOB_EVERY_S``, ask for jobs for the users due (`JobPlanner`), as many as
-        the replicas measurably answer (`PrecomputeSide.room`)."""
-        side, planner, plant = self.client.precompute, self.planner, self.scenario.precompute
-        assert side is not None and planner is not None
+        """Every ``JOB_EVERY_S``, ask each model for jobs for the users due (`JobPlanner`),
+        as many as its replicas measurably answer (`PrecomputeSide.room`). A job is keyed
+        ``user/model``: one answer per user and model."""
+        side, plant = self.client.precompute, self.scenario.precompute
+        assert side is not None
         while not stop.is_set():
             await asyncio.sleep(JOB_EVERY_S)
-            for user in planner.due(wall_ms(), side.room()):
-                seg, dense, candidates = self.draws.job(user)
-                side.ask(user, segment=seg.name, model=plant.model, candidates=candidates,
-                         dense=dense, ttl_ms=int(plant.ttl_s * 1000),
-                         top=self.region.base_candidates)
+            for model, planner in self.planners.items():
+                for user in planner.due(wall_ms(), side.room(model)):
+                    seg, dense, candidates = self.draws.job(user)
+                    side.ask(f"{user}/{model}", segment=seg.name, model=model,
+                             candidates=candidates, dense=dense,
+                             ttl_ms=int(plant.ttl_s * 1000), top=self.region.base_candidates)
             self.client.flush_decisions()
 
-    def _precomputed(self, user: str | None) -> int | None:
-        """The extra candidates a precompute answer for ``user`` ranked (None: no answer
-        to use now); the user counts as seen."""
+    def _precomputed(self, user: str | None, request_id: str,
+                     seg: SegmentConfig) -> float | None:
+        """What the best precompute answer for ``user`` is worth (None: none to use now, or
+        a holdout request, which gets no optional work of any kind); the user counts as
+        seen. A baseline answer is the ranking over the job's extras, a powerful one that
+        and the better model's gain (the value model's terms for the same work done live)."""
         side = self.client.precompute
-        if user is None or side is None or self.planner is None:
+        if user is None or side is None or not self.planners:
             return None
-        self.planner.seen(user, wall_ms())
-        answer = side.answer(user)
-        if answer is None:
+        now = wall_ms()
+        for planner in self.planners.values():
+            planner.seen(user, now)
+        if in_holdout(request_id, self.client.config.holdout_fraction):
             return None
-        return max(0, answer.candidates - self.region.base_candidates)
+        best: float | None = None
+        for model in self.planners:
+            answer = side.answer(f"{user}/{model}")
+            if answer is None:
+                continue
+            worth = (rma_value(self.region, answer.candidates - self.region.base_candidates)
+                     + (seg.gain if model == "powerful" else 0.0))
+            best = worth if best is None else max(best, worth)
+        return best
 
     async def _one(self, i: int, offset: float) -> None:
         seg, value, dense, candidates = self.draws.next()
-        precomputed = self._precomputed(self.draws.user)
+        precomputed = self._precomputed(self.draws.user, f"r{i}", seg)
         if precomputed is not None:  # ranked ahead, over more candidates: send the base only
             candidates = candidates[:self.region.base_candidates]
         # What the targets allow right now: client.rank() decides before its first await, so
@@ -237,7 +254,7 @@ class LoadGenerator:
         gain_rma = rma_value(self.region, extra_scored)
         gain_sbm = seg.gain if resp.model == "powerful" else 0.0
         gain_pre = (0.0 if precomputed is None
-                    else max(0.0, rma_value(self.region, precomputed) - gain_rma))
+                    else max(0.0, precomputed - gain_rma - gain_sbm))
         fate = {"done": extra_scored, f"untargeted/{untargeted[0]}": untargeted[1]}
         lost = result.decision.extra - extra_scored
         if resp.optional_shed:
@@ -297,8 +314,8 @@ class LoadGenerator:
             "precompute": {"hits": t.precompute_hits,
                            "extra_saved": t.precompute_extra_saved,
                            "candidates": self.scenario.precompute.candidates,
-                           "model": self.scenario.precompute.model}
-            if self.planner is not None else None,
+                           "models": list(self.planners)}
+            if self.planners else None,
             "holdout_requests": self.books.holdout_requests,
             "treated_requests": t.requests - self.books.holdout_requests,
             "lift_true": self.books.lift_true(),

@@ -129,6 +129,11 @@ def test_short_demo_reports_clean_baseline_and_leaves_nothing_behind(
     assert summary["routing"] == "membership"
     assert summary["baseline_retries_caused_by_reclaimed_replicas"] >= 0
     assert summary["interrupted"] is False
+    # The precompute lever ran: the lent ranking replica answered jobs, visits used them.
+    load = json.loads((out / "loadgen" / "loadgen.json").read_text())
+    assert load["client"]["precompute"]["answers"].get("received", 0) > 0, load["client"]
+    assert load["precompute"]["hits"] > 0
+    assert load["incremental_value_by_lever"]["precompute"] > 0
     for png in ("latency.png", "targets.png", "capacity.png", "shedding.png"):
         assert (out / png).stat().st_size > 1000
         assert png in (out / "report.html").read_text()

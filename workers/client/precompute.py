@@ -72,8 +72,9 @@ class PrecomputeSide:
         self.producer = producer
         self.clock = clock
         self.answers = Answers(scope)
-        #: Jobs in flight, held to what the replicas measurably answer (`JobWindow`).
-        self.window = JobWindow()
+        #: Jobs in flight per model, held to what its replicas measurably answer
+        #: (`JobWindow`): one model's slow replicas do not hold the other's jobs back.
+        self.windows: dict[str, JobWindow] = {}
         self._dead_letter = dead_letter
         self.feed: CacheFeed | None = None
         self.asked = 0
@@ -93,12 +94,15 @@ class PrecomputeSide:
 
     def _answered(self, result: PrecomputeResult) -> None:
         self.answers.add(result)
-        self.window.answered(result.job_key)
+        self._window(result.model).answered(result.job_key)
 
-    def room(self) -> int:
-        """Jobs that may be asked for now: the replicas' measured answers, less those in
-        flight (`JobWindow`)."""
-        return self.window.room(self.clock())
+    def _window(self, model: str) -> JobWindow:
+        return self.windows.setdefault(model, JobWindow())
+
+    def room(self, model: ModelKind) -> int:
+        """Jobs for ``model`` that may be asked for now: its replicas' measured answers,
+        less those in flight (`JobWindow`)."""
+        return self._window(model).room(self.clock())
 
     def answer(self, job_key: str) -> PrecomputeResult | None:
         """The answer a request of ``job_key`` may use now (counted as a hit or a miss)."""
@@ -128,12 +132,13 @@ class PrecomputeSide:
             self.ask_failed += 1
             return
         self.asked += 1
-        self.window.asked(job_key, job.expires_at_ms)
+        self._window(model).asked(job_key, job.expires_at_ms)
 
     def summary(self) -> dict[str, Any]:
         feed = self.feed
         return {"asked": self.asked, "ask_failed": self.ask_failed,
-                "answer_rate": round(self.window.answer_rate, 3),
+                "answer_rate": {m: round(w.answer_rate, 3) for m, w in sorted(
+                    self.windows.items())},
                 "answers_held": len(self.answers), "answers": dict(sorted(
                     self.answers.counts.items())),
                 "feed": {} if feed is None else dict(sorted(feed.counters.items()))}
