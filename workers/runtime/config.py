@@ -47,9 +47,10 @@ class PrecomputeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     chunk_ms: Annotated[float, Meta(gt=0.0, le=1000.0)] = 2.0
     #: Jobs read ahead of the one being scored; the partitions pause while it is full.
     read_ahead: Annotated[int, Meta(ge=1, le=1000)] = 2
-    #: The share of the replica's CPU quota (one core without one) that precompute and the
-    #: requests may use together: past it a quota throttles the process, and a request that
-    #: arrives then waits for the next period (`workers.policy.precompute.Pace`).
+    #: The share of the replica's CPU quota (one core without one) its process may use with
+    #: precompute running, as measured (its CPU time, every thread): past the quota the
+    #: process is throttled, and a request that arrives then waits for the next period
+    #: (`workers.policy.precompute.Pace`).
     max_share: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.8
 
 

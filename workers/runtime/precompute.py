@@ -93,11 +93,9 @@ class PrecomputeRunner(threading.Thread):
         self.rows_done = 0
         quota = own_quota()
         #: The slice it may fill: ``max_share`` of the replica's CPU quota (one core with
-        #: none), less what the requests use (`Pace`).
+        #: none), with the process's own measured use fed back (`Pace`).
         self._pace = Pace(quota.cores if quota is not None else 1.0, self.config.max_share)
-        #: The requests' busy seconds per second, lately (the batcher's forward passes).
-        self._request_busy = 0.0
-        self._busy_seen = (time.monotonic(), 0.0)
+        self._cpu_seen = (time.monotonic(), time.process_time())
 
     # -- the batcher's idle work (inference thread) ---------------------------------------------
 
@@ -125,7 +123,7 @@ class PrecomputeRunner(threading.Thread):
             self._finish(held, "model_failure", str(exc))
             return
         elapsed = time.perf_counter() - t0
-        self._pace.after(elapsed, time.monotonic(), self._request_busy)
+        self._pace.after(elapsed, time.monotonic())
         self.worker.metrics.precompute_busy.inc(elapsed)
         self.worker.metrics.precompute_rows.inc(chunk.count)
         with self._lock:
@@ -220,18 +218,18 @@ class PrecomputeRunner(threading.Thread):
                 self._current = None
             return self._allowed
 
-    def _measure_requests(self) -> None:
-        """The requests' busy share over the last half second or more, smoothed."""
-        now, total = time.monotonic(), self.worker.batcher.busy_s
-        then, before = self._busy_seen
+    def _measure(self) -> None:
+        """The process's CPU seconds per second (every thread) over the last half second or
+        more, fed to the pace."""
+        now, cpu = time.monotonic(), time.process_time()
+        then, before = self._cpu_seen
         if now - then < 0.5:
             return
-        share = max(0.0, total - before) / (now - then)
-        self._request_busy = 0.5 * self._request_busy + 0.5 * share
-        self._busy_seen = (now, total)
+        self._pace.update(max(0.0, cpu - before) / (now - then))
+        self._cpu_seen = (now, cpu)
 
     def _turn(self) -> None:
-        self._measure_requests()
+        self._measure()
         consumer = self._join()
         self._commit(consumer, asynchronous=True)
         self.io.producer.poll(0)

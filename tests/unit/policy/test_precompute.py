@@ -63,12 +63,23 @@ def test_only_a_lent_replica_under_fresh_targets_precomputes() -> None:
         assert not may_precompute("opportunistic", baseline_only(reason))
 
 
-def test_idle_work_is_paced_to_what_the_slice_has_left_after_the_requests() -> None:
+def test_idle_work_is_paced_toward_the_share_of_the_quota_the_process_may_use() -> None:
+    pace = Pace(cores=0.5, max_share=0.8)  # a target of 0.4 of a core in all
+    assert pace.share == pytest.approx(0.2)  # half the target to start
+    pace.after(0.002, 10.0)  # a 2 ms slice at 0.2 of a core: rest 8 ms
+    assert pace.ready_in(10.0) == pytest.approx(0.008)
+    assert pace.ready_in(10.009) == 0.0
+    pace.update(0.25)  # under the target: more
+    assert pace.share == pytest.approx(0.275)
+    for _ in range(20):
+        pace.update(0.6)  # over it (requests, Kafka, decoding count too): less, to the floor
+    assert pace.share == pace.floor
+    assert Pace(cores=4.0, max_share=0.8).share == 1.0  # one thread, one core at most
+
+
+def test_the_pace_settles_where_the_process_uses_its_target() -> None:
     pace = Pace(cores=0.5, max_share=0.8)
-    assert pace.share(0.0) == pytest.approx(0.4)  # 80% of half a core, no requests
-    assert pace.share(0.3) == pytest.approx(0.1)  # the requests took most of it
-    assert pace.share(0.9) == pace.floor  # never nothing while it is allowed
-    pace.after(0.002, 10.0, 0.0)  # a 2 ms slice at 0.4 of a core: rest 3 ms
-    assert pace.ready_in(10.0) == pytest.approx(0.003)
-    assert pace.ready_in(10.004) == 0.0
-    assert Pace(cores=4.0, max_share=0.8).share(0.0) == 1.0  # one thread, one core at most
+    overhead = 0.05  # what the process uses besides precompute
+    for _ in range(50):
+        pace.update(overhead + pace.share)
+    assert overhead + pace.share == pytest.approx(0.4, abs=1e-3)
