@@ -50,7 +50,11 @@ def test_broker_outage_keeps_baseline_expires_targets_and_recovers(
         recent = [s for s in load.samples if s.t >= up_at]
         return any(s.optional_scored > 0 and s.model == "baseline" for s in recent)
 
-    recovery_s = fleet.wait_for("optional work resumes after the broker returns", resumed, 90)
+    try:
+        recovery_s = fleet.wait_for("optional work resumes after the broker returns", resumed,
+                                    90)
+    except AssertionError as exc:  # once in a CI rehearsal: say where the targets stopped
+        raise AssertionError(f"{exc}; {_where_targets_stopped(fleet, load)}") from None
     resumed_at = load.now()
     epoch_after = fleet.worker_metric("b1", "surplus_worker_targets_epoch")
     time.sleep(5)
@@ -92,3 +96,14 @@ def test_broker_outage_keeps_baseline_expires_targets_and_recovers(
     assert epoch_after > epoch_before
     assert after.optional_done > 0 and after.served_powerful > 0
     assert recovery_s < 60
+
+
+def _where_targets_stopped(fleet: Fleet, load: object) -> str:
+    """What each hop holds of the targets: published by the control plane, applied by the
+    worker, held by the client; so a stall after the broker returns names its hop."""
+    published = [c.published() for c in fleet.controls]
+    worker = {k: v for k, v in fleet.workers["b1"].metrics().items()
+              if "targets_epoch" in k or "target_verdicts" in k}
+    summary = load.client_summary()  # type: ignore[attr-defined]
+    return (f"control plane published {published}; worker b1 {worker}; client effective "
+            f"{summary.get('effective')}, feed {summary.get('feed')}")
