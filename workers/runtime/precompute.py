@@ -253,15 +253,13 @@ class PrecomputeRunner(threading.Thread):
             generation = self._generation
         try:
             job = _job_codec.decode(msg.value() or b"")
-            request = decode_rank_request(job.body, "msgpack")
-            rows = model_rows(request, self.worker.signature, self.worker.config.model.name)
+            skip = self._skip_reason(job)  # before the body: every group reads every job
+            if skip is None:
+                request = decode_rank_request(job.body, "msgpack")
+                rows = model_rows(request, self.worker.signature, self.worker.config.model.name)
         except (ContractError, ShapeMismatch) as exc:
             self.io.deadletters.send(msg, str(exc))
-            with self._lock:
-                self._ledger.done(partition, offset)
-            self._count("refused")
-            return
-        skip = self._skip_reason(job)
+            skip = "refused"
         if skip is not None:
             with self._lock:
                 self._ledger.done(partition, offset)
