@@ -60,7 +60,6 @@ from surplus.live.labels import Labels
 from workers.client.client import RankingClient, RankingError
 from workers.client.config import ClientConfig
 from workers.client.decision import logged_propensity
-from workers.policy.holdout import in_holdout
 from workers.policy.precomputed import JobPlanner
 
 #: How often the load generator asks for the precompute jobs due.
@@ -211,11 +210,9 @@ class LoadGenerator:
         now = wall_ms()
         for planner in self.planners.values():
             planner.seen(user, now)
-        if in_holdout(request_id, self.client.config.holdout_fraction):
-            return None
         best: float | None = None
         for model in self.planners:
-            answer = side.answer(f"{user}/{model}")
+            answer = side.answer(f"{user}/{model}", request_id)
             if answer is None:
                 continue
             worth = (rma_value(self.region, answer.candidates - self.region.base_candidates)

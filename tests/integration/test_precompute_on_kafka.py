@@ -27,6 +27,7 @@ from tests.integration.worker_support import (
 )
 from workers.client.client import RankingClient
 from workers.client.config import ClientConfig
+from workers.policy.holdout import in_holdout
 from workers.runtime.batching import Scorer
 from workers.runtime.config import WorkerConfig
 from workers.runtime.kafka_io import KafkaIO
@@ -158,6 +159,10 @@ async def test_a_client_asks_for_jobs_and_uses_each_answer_until_it_expires(
         assert a is not None and b is not None
         assert a.top_ids == b.top_ids and len(a.top_ids) == 5  # the same rows, the same answer
         assert side.answer("user-c") is None
+        held_out = next(f"r{i}" for i in range(10_000) if in_holdout(f"r{i}", 0.01))
+        assert side.answer("user-b", held_out) is None  # a holdout request uses none
+        treated = next(f"r{i}" for i in range(10_000) if not in_holdout(f"r{i}", 0.01))
+        assert side.answer("user-b", treated) is not None
         await eventually(lambda: side.answer("user-a") is None, 10.0)  # expired
         assert side.answer("user-b") is not None
         summary = client.summary()["precompute"]

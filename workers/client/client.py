@@ -131,7 +131,8 @@ class RankingClient:
         if self.config.precompute:
             self.precompute = PrecomputeSide(self.config.scope, self.kafka,
                                              self._records.producer, self._clock,
-                                             self._records.dead_letter)
+                                             self._records.dead_letter,
+                                             self.config.holdout_fraction)
             self.precompute.start()
         await side.follow(self.apply_targets,
                           None if self.membership is None else self.apply_membership)

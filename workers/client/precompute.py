@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from schemas.codec import ContractError, codec_for, encode
+from schemas.codec import codec_for, encode
 from schemas.contract import ModelKind
 from schemas.kafka_clients import Message, Producer
 from schemas.kafka_config import KafkaSettings
@@ -23,6 +23,7 @@ from schemas.precompute import PrecomputeJob, PrecomputeResult
 from workers.api import MAX_DEADLINE_MS, Candidate, RankRequest
 from workers.client.feed import CompactedFeed, DeadLetterSink
 from workers.client.kafka_side import on_loop
+from workers.policy.holdout import in_holdout
 from workers.policy.precomputed import Answers, JobWindow
 from workers.wire import FeatureValue, encode_rank_request
 
@@ -45,11 +46,8 @@ class CacheFeed(CompactedFeed):
         if value is None:
             self._bump("tombstone")
             return
-        try:
-            result = self._codec.decode(value)
-        except ContractError as exc:
-            self._bump("decode_error")
-            self._send_dead_letter(msg, value, str(exc))
+        result = self._decoded(self._codec, msg, value)
+        if result is None:
             return
         self._bump("received")
         self._deliver(result)
@@ -63,11 +61,14 @@ class PrecomputeSide:
     :param producer: the client's producer (jobs go out with its records).
     :param clock: wall-clock milliseconds.
     :param dead_letter: where an answer that does not decode goes.
+    :param holdout_fraction: the client's holdout (`ClientConfig.holdout_fraction`).
     """
 
     def __init__(self, scope: str, kafka: KafkaSettings, producer: Producer,
-                 clock: Callable[[], int], dead_letter: DeadLetterSink | None = None) -> None:
+                 clock: Callable[[], int], dead_letter: DeadLetterSink | None = None,
+                 holdout_fraction: float = 0.0) -> None:
         self.scope = scope
+        self.holdout_fraction = holdout_fraction
         self.kafka = kafka
         self.producer = producer
         self.clock = clock
@@ -104,8 +105,12 @@ class PrecomputeSide:
         less those in flight (`JobWindow`)."""
         return self._window(model).room(self.clock())
 
-    def answer(self, job_key: str) -> PrecomputeResult | None:
-        """The answer a request of ``job_key`` may use now (counted as a hit or a miss)."""
+    def answer(self, job_key: str, request_id: str | None = None) -> PrecomputeResult | None:
+        """The answer a request of ``job_key`` may use now (counted as a hit or a miss);
+        none for a request in the holdout (by ``request_id``, as `RankingClient.rank`
+        decides it), which gets no optional work of any kind, so its lift stays measurable."""
+        if request_id is not None and in_holdout(request_id, self.holdout_fraction):
+            return None
         return self.answers.fresh(job_key, self.clock())
 
     def ask(self, job_key: str, *, segment: str, model: ModelKind,
