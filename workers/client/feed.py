@@ -17,14 +17,16 @@ import base64
 import threading
 import uuid
 from collections.abc import Callable
+from typing import TypeVar
 
 from schemas import kafka_clients
 from schemas.clock import wall_ms
-from schemas.codec import ContractError, codec_for
-from schemas.contract import ControlTargets, DeadLetter, ReplicaAnnouncement
+from schemas.codec import Codec, ContractError, codec_for
+from schemas.contract import ControlTargets, DeadLetter, Event, ReplicaAnnouncement
 from schemas.kafka_clients import OFFSET_BEGINNING, Consumer, Message, TopicUnavailable
 from schemas.kafka_config import KafkaSettings
 
+E = TypeVar("E", bound=Event)
 DeadLetterSink = Callable[[DeadLetter], None]
 #: Dead-letters the message a target came in with, naming the refusal (a signature verdict).
 Refuse = Callable[[str], None]
@@ -108,6 +110,15 @@ class CompactedFeed:
     def _handle(self, msg: Message) -> None:
         raise NotImplementedError
 
+    def _decoded(self, codec: Codec[E], msg: Message, value: bytes) -> E | None:
+        """The value as ``codec``'s event, or None once it is counted and dead-lettered."""
+        try:
+            return codec.decode(value)
+        except ContractError as exc:
+            self._bump("decode_error")
+            self._send_dead_letter(msg, value, str(exc))
+            return None
+
     def _send_dead_letter(self, msg: Message, value: bytes, reason: str) -> None:
         if self._dead_letter is None:
             return
@@ -146,11 +157,8 @@ class TargetsFeed(CompactedFeed):
             # A tombstone withdraws nothing early: the held target still lapses at its TTL.
             self._bump("tombstone")
             return
-        try:
-            targets = self._codec.decode(value)
-        except ContractError as exc:
-            self._bump("decode_error")
-            self._send_dead_letter(msg, value, str(exc))
+        targets = self._decoded(self._codec, msg, value)
+        if targets is None:
             return
         key_id = targets.key_id if isinstance(targets.key_id, str) else "none"
 
@@ -193,11 +201,8 @@ class MembershipFeed(CompactedFeed):
             self._bump("tombstone")
             self._deliver(key, None)
             return
-        try:
-            announcement = self._codec.decode(value)
-        except ContractError as exc:
-            self._bump("decode_error")
-            self._send_dead_letter(msg, value, str(exc))
+        announcement = self._decoded(self._codec, msg, value)
+        if announcement is None:
             return
         if announcement.replica_id != key:
             self._bump("key_mismatch")

@@ -54,17 +54,19 @@ class Slices:
         self.halted = True
 
 
-def batcher(log: Log) -> Batcher:
+def started(log: Log, work: Slices) -> Batcher:
+    """A batcher scoring into ``log``, with ``work`` as its idle work, running."""
     admission: Admission[Job] = Admission(AdmissionConfig(max_queue_delay_ms=60_000.0))
-    return Batcher(Scoring(log), admission, BatchingConfig(max_batch_rows=64, max_wait_ms=0.0))
+    b = Batcher(Scoring(log), admission, BatchingConfig(max_batch_rows=64, max_wait_ms=0.0))
+    b.set_idle_work(work)
+    b.start()
+    return b
 
 
 async def test_a_request_waits_for_at_most_the_slice_in_service() -> None:
     log = Log()
     work = Slices(log)
-    b = batcher(log)
-    b.set_idle_work(work)
-    b.start()
+    b = started(log, work)
     try:
         for _ in range(20):
             await asyncio.to_thread(work.stepping.wait, 10)
@@ -84,9 +86,7 @@ async def test_a_request_waits_for_at_most_the_slice_in_service() -> None:
 async def test_a_preemption_halts_idle_work_and_requests_are_still_served() -> None:
     log = Log()
     work = Slices(log)
-    b = batcher(log)
-    b.set_idle_work(work)
-    b.start()
+    b = started(log, work)
     try:
         await asyncio.to_thread(work.stepping.wait, 10)
         b.preempt()
