@@ -23,6 +23,7 @@ from schemas.contract import ControlTargets, Event, PreemptionNotice
 from sim.fleet import OppPool, RegionState
 from sim.messages import CapacityDue, MessageQueue, NoticeArrives, ReplicasLeave
 from sim.metrics import Metrics
+from sim.precompute import IdleJobs
 from sim.requests import RequestPath
 from sim.scenario import PoolConfig, Scenario
 from sim.schedule import Action, Outbox, build, replica_id
@@ -89,6 +90,10 @@ class Capacity:
                            admission=self.sc.worker.admission, limits=self.sc.worker.limits,
                            start_ms=self.t0 if at_ms is None else at_ms, noise=noise,
                            on_done=self._requests.done, on_shed=self._requests.shed)
+        lever = self.regions[region].precompute
+        if lever is not None and pool.tier == "opportunistic" and pool.model in lever.topics:
+            worker.idle = IdleJobs(worker, lever.topics[pool.model], lever,
+                                   self.sc.worker.precompute)
         self.created.setdefault(region, []).append(worker)
         return worker
 

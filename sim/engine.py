@@ -59,6 +59,7 @@ from sim.messages import (
 )
 from sim.metrics import Metrics
 from sim.overload import excused, overload_shares
+from sim.precompute import RegionPrecompute
 from sim.requests import RequestPath
 from sim.scenario import RegionConfig, Scenario
 from sim.schedule import CAPACITY_STREAM
@@ -92,6 +93,7 @@ class Simulation:
         self.rng_delays = np.random.default_rng(seeds[4])
         self.rng_labels = np.random.default_rng(seeds[6])
         self.request_seeds = seeds[5].spawn(len(scenario.regions))
+        self.precompute_seeds = seeds[7].spawn(len(scenario.regions))
         self.plane: ControlPlane = make_plane(
             self.controller, scenario.control, [r.name for r in scenario.regions],
             static=scenario.controllers.static, naive=scenario.controllers.naive)
@@ -118,7 +120,13 @@ class Simulation:
         """The regions with their clients, the requests' path through them, and their
         capacity (the schedule, and the replica sets: the baseline ones made now)."""
         for i, rc in enumerate(self.sc.regions):
-            self.regions[rc.name] = self._region(rc, np.random.default_rng(self.request_seeds[i]))
+            self.regions[rc.name] = state = self._region(
+                rc, np.random.default_rng(self.request_seeds[i]))
+            if self.sc.precompute.enabled:
+                state.precompute = RegionPrecompute(
+                    self.sc.precompute, rc, int(self.precompute_seeds[i].generate_state(1)[0]),
+                    delay_ms=self.sc.delays.targets_ms,
+                    holdout_fraction=self.sc.client.holdout_fraction)
         self.requests = RequestPath(
             self.sc, self.regions, metrics=metrics, messages=self._messages,
             attribution=self.attribution, rng_labels=self.rng_labels,
@@ -205,7 +213,8 @@ class Simulation:
             sla = {r.name: r.sla_p99_ms or self.sc.control.rma.sla_p99_ms
                    for r in self.sc.regions}
             self.metrics = Metrics(sla, timeline, self.t0,
-                                   deadlines={r.name: r.deadline_ms for r in self.sc.regions})
+                                   deadlines={r.name: r.deadline_ms for r in self.sc.regions},
+                                   precompute=self.sc.precompute.enabled)
             self._build(self.metrics)
             for k in range(self.steps):
                 self._step(k)
@@ -240,6 +249,8 @@ class Simulation:
         t = self.t0 + k * self.step_ms
         end = t + self.step_ms
         for state in self.regions.values():
+            if state.precompute is not None:
+                state.precompute.ask(t)
             self.requests.arrivals(state, k, t)
         self._deliver_until(end)
         for state in self.regions.values():
@@ -337,6 +348,10 @@ class Simulation:
         summary["optional_units_shed_total"] = sum(shed.values())
         summary.update(self._overload_summary())
         summary["targets_by_reason"] = dict(sorted(self.targets_by_reason.items()))
+        lever = {name: state.precompute.summary()
+                 for name, state in sorted(self.regions.items()) if state.precompute is not None}
+        if lever:
+            summary["precompute"] = lever
         summary["clients"] = {name: state.client.counters()
                               for name, state in sorted(self.regions.items())}
         summary["events"] = self.events_published + sum(self.targets_by_reason.values())

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.clients import SimClient
+from sim.precompute import RegionPrecompute
 from sim.scenario import PoolConfig, RegionConfig
 from sim.worker import SimWorker
 
@@ -46,6 +47,7 @@ class RegionState:
     powerful_pick: Pick = ([], [])
     served_this_step: set[SimWorker] = field(default_factory=set)
     has_powerful: bool = False
+    precompute: RegionPrecompute | None = None
 
     def workers(self) -> list[SimWorker]:
         live = [w for pool in self.opportunistic for w in pool.live]

@@ -105,6 +105,7 @@ class RegionMetrics:
     rejected: int = 0
     rma_value: float = 0.0
     sbm_value: float = 0.0
+    precompute_value: float = 0.0
     optional_done: int = 0
     e2e: list[float] = field(default_factory=list)
     shed_seen: int = 0
@@ -120,8 +121,10 @@ class Metrics:
     """Accumulates a run's ground truth and writes the timeline."""
 
     def __init__(self, regions: dict[str, float], timeline: IO[str], start_ms: int, *,
-                 deadlines: dict[str, float] | None = None) -> None:
+                 deadlines: dict[str, float] | None = None, precompute: bool = False) -> None:
         deadlines = deadlines or {}
+        #: The precompute lever runs (its value is then reported beside RMA's and SBM's).
+        self.precompute = precompute
         self.regions = {name: RegionMetrics(name, sla, deadlines.get(name, math.inf))
                         for name, sla in sorted(regions.items())}
         self.timeline = timeline
@@ -171,6 +174,13 @@ class Metrics:
         self._optional(m, units, value + rma_value)
         m.sbm_value += value
         m.rma_value += rma_value
+
+    def precompute_used(self, region: str, value: float) -> None:
+        """A request served from a precompute answer, worth ``value`` over its own optional
+        work (`sim.precompute`)."""
+        m = self.regions[region]
+        m.precompute_value += value
+        m.window.value += value
 
     def powerful_answered(self, region: str, latency_ms: float, *, abandoned: bool) -> None:
         """A powerful replica's answer, judged against the deadline whether or not the client
@@ -243,10 +253,13 @@ class Metrics:
             "opportunistic_accelerator_s": {
                 "available": round(self.opportunistic_available_s, 3),
                 "used": round(self.opportunistic_used_s, 3)},
-            "incremental_value": round(sum(m.rma_value + m.sbm_value for m in regions), 6),
+            "incremental_value": round(sum(m.rma_value + m.sbm_value + m.precompute_value
+                                           for m in regions), 6),
             "incremental_value_by_lever": {
                 "rma": round(sum(m.rma_value for m in regions), 6),
-                "sbm": round(sum(m.sbm_value for m in regions), 6)},
+                "sbm": round(sum(m.sbm_value for m in regions), 6),
+                **({"precompute": round(sum(m.precompute_value for m in regions), 6)}
+                   if self.precompute else {})},
             "max_notice_to_shed_ms": round(max(self.notice_to_shed_ms), 3)
             if self.notice_to_shed_ms else None,
             "preemption_notices": self.notices,

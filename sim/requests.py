@@ -92,11 +92,17 @@ class RequestPath:
             now = t + offset
             self._deliver_until(now + 1)
             rid = next(self._rid)
-            decision = state.client.decide(state.segment_names[seg], value,
-                                           rc.max_extra_candidates, now, f"{rc.name}-{rid}")
+            request_id = f"{rc.name}-{rid}"
+            # a fresh precompute answer: ranked ahead, over more candidates; send the base only
+            worth = (None if state.precompute is None else
+                     state.precompute.visit(request_id, rc.segments[seg].gain, now))
+            available = rc.max_extra_candidates if worth is None else 0
+            decision = state.client.decide(state.segment_names[seg], value, available, now,
+                                           request_id)
             self._logged[rid] = (decision.propensity, decision.holdout)
             req = Request(rid, now, seg, value, rc.base_candidates, decision.extra,
-                          decision.model, decision.explored, decision.gain)
+                          decision.model, decision.explored, decision.gain, available=available,
+                          precomputed=worth)
             if decision.model == "powerful":
                 self._to_powerful(state, req, now, pick)
             else:
@@ -243,20 +249,24 @@ class RequestPath:
             self.metrics.ranking_done(rc.name, latency, e2e, rc.timeout_ms, done, rma)
             model = "baseline"
         sbm = seg.gain if model == "powerful" else 0.0
-        observed = seg.value + sbm + rma \
+        pre = 0.0 if req.precomputed is None else max(0.0, req.precomputed - rma - sbm)
+        if pre:
+            self.metrics.precompute_used(rc.name, pre)
+        observed = seg.value + sbm + rma + pre \
             + seg.outcome_noise * (math.log(self._outcome_noise()))
         observed = max(-1e6, min(1e6, observed))
         chosen_p, holdout = self._logged.pop(req.rid, (1.0, False))
         chosen: Model = "powerful" if req.fell_back else model
         propensity = logged_propensity(chosen, chosen_p, model)   # as the live client logs it
-        truth = None if holdout else Truth(model == "powerful", sbm + rma, 1.0 / propensity)
+        truth = None if holdout else Truth(model == "powerful", sbm + rma + pre,
+                                           1.0 / propensity)
         request_id = f"{rc.name}-{req.rid}"
         self._publish(end, "outcomes", rc.name, RoutingOutcome(
             v=SUPPLY_VERSION, ts_ms=int(req.finished_ms), scope=rc.name,
             request_id=request_id, segment=seg.name, model=model,
             explored=req.explored and not req.fell_back,
             extra=done if not req.fell_back else 0,   # as the live client logs: scored
-            propensity=propensity, holdout=holdout, available=rc.max_extra_candidates))
+            propensity=propensity, holdout=holdout, available=req.available))
         draws = self.rng_labels.random(4)
         fate = self.sc.labels.fate(float(draws[0]), float(normal_from(draws[1], draws[2])),
                                    float(draws[3]), unit=1000.0)

@@ -28,6 +28,7 @@ from streams.control.config import ControlConfig
 from workers.client.config import powerful_wait_ms
 from workers.policy.admission import AdmissionConfig
 from workers.policy.client_shed import ShedConfig
+from workers.policy.precompute import PrecomputeConfig
 from workers.policy.routing import RouterConfig
 from workers.policy.targets import LocalLimits
 
@@ -281,6 +282,9 @@ class WorkerConfig(_Config, frozen=True, kw_only=True):
     model: dict[str, Any] = {}
     """A live run's ``[model.config]`` for its workers (sizes of the reference models; checked
     by the worker at start). The simulator's cost of a unit is each pool's ``units_per_s``."""
+    precompute: PrecomputeConfig = PrecomputeConfig()
+    """How a lent replica paces the precompute lever's slices (``enabled`` is the world's,
+    ``[precompute]``; a live demo starts its lent workers with ``--precompute``)."""
 
 
 class ClientConfigPart(_Config, frozen=True, kw_only=True):

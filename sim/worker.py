@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
@@ -38,6 +39,9 @@ from workers.policy.admission import Admission, AdmissionConfig, shed_priority
 from workers.policy.replica import NoticeOutcome, ReplicaPolicy, serves_whole_requests
 from workers.policy.targets import LocalLimits, TargetState, TargetVerdict
 from workers.policy.window import Identity, LoadTotals, ReportWindow
+
+if TYPE_CHECKING:
+    from sim.precompute import IdleJobs
 
 UTIL_TAU_MS = 1000.0
 
@@ -109,6 +113,16 @@ class FluidServer:
         self.busy_ms += cost
         return cost
 
+    def take_idle(self, units: float) -> float:
+        """Idle work (a precompute slice) enters service. It holds the replicas while it
+        runs, but it is not concurrent with requests the way a batch is: a live worker runs
+        a slice only while no request is queued, and a request that arrives waits for the
+        slice in hand at most (``chunk_ms``), so it is left out of the utilisation the
+        latency curve reads. Nor is it any request's cost, so it stays out of ``busy_ms`` (a
+        live worker's reports count the batcher's passes only)."""
+        self.in_service += units
+        return units / self.rate_per_ms
+
     def drain_to(self, t: float) -> None:
         """The work in service drains, and the busy share decays, until ``t``."""
         span = t - self.clock
@@ -151,6 +165,10 @@ class Request:
     """The powerful replica set it was sent to, kept after a fallback: that replica still
     answers it, and reports the work."""
     finished_ms: float = 0.0
+    available: int = 0
+    """Extra candidates the caller had for it (none where a precompute answer serves it)."""
+    precomputed: float | None = None
+    """What the precompute answer it uses is worth (`sim.precompute`); None: none."""
 
 
 class SimWorker:
@@ -186,6 +204,8 @@ class SimWorker:
         """Units taken into service since the engine last accounted for them (it resets)."""
         self.rows_done = 0
         """Units taken into service since the start (cumulative, as the live batcher counts)."""
+        self.idle: IdleJobs | None = None
+        """The precompute lever's work for its idle time (`sim.precompute`), where it runs."""
 
     @property
     def targets(self) -> TargetState:
@@ -242,6 +262,8 @@ class SimWorker:
                 req, kind = work.item
                 wait = free_at - (req.at_worker_ms if kind != WHOLE else req.arrival_ms)
                 self.on_done(req, kind, max(0.0, wait) + service * self.noise())
+        if self.idle is not None and not adm.queued_items:
+            self.idle.fill(now)
         server.drain_to(now)
         self.now = now
 
@@ -341,6 +363,8 @@ class SimWorker:
         self.advance(now)
         self.now = now
         self.admission.preempt(now)
+        if self.idle is not None:
+            self.idle.halt()
         self.draining_deadline_ms = notice.deadline_ms
         if self.stopped_optional_ms is None:
             self.stopped_optional_ms = float(now)
@@ -351,6 +375,8 @@ class SimWorker:
         self.advance(now)
         self.now = now
         self.admission.preempt(now)
+        if self.idle is not None:
+            self.idle.halt()
         handed_back = []
         while self.admission.queued_items:
             for work in self.admission.next_batch(1 << 30, now):
@@ -384,6 +410,8 @@ class SimWorker:
     def report(self, now: int) -> WindowReport:
         """Close the telemetry window (what the live worker publishes every interval)."""
         self.advance(now)
+        if self.idle is not None:
+            self.idle.measure()
         totals = LoadTotals.of(self.admission.state(now), self.rows_done,
                                self.server.busy_ms / 1000.0, self.replicas,
                                extras_room=self.admission.take_room())

@@ -17,7 +17,7 @@ from surplus.live import plan
 def worker_tree(scenario: Scenario, replicas: list[plan.Replica]) -> dict[str, Any]:
     """Every worker's config (``worker.toml``): an equal share of the RMA budget per ranking
     replica, a model warmed up on the most candidates a request can carry, the scenario's
-    admission and limits."""
+    admission, limits and precompute pacing (the lever is turned on per replica, by flag)."""
     region = scenario.regions[0]
     ranking = sum(1 for r in replicas if r.model == "baseline")
     return {"budget_share": round(1.0 / max(1, ranking), 6),
@@ -27,7 +27,9 @@ def worker_tree(scenario: Scenario, replicas: list[plan.Replica]) -> dict[str, A
                          if scenario.worker.model else {})},
             "batching": {"max_wait_ms": 1.0},
             "admission": _builtins(scenario.worker.admission),
-            "limits": _builtins(scenario.worker.limits)}
+            "limits": _builtins(scenario.worker.limits),
+            "precompute": {k: v for k, v in _builtins(scenario.worker.precompute).items()
+                           if k != "enabled"}}
 
 
 def _builtins(struct: Any) -> dict[str, Any]:

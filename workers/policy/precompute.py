@@ -15,9 +15,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
 
 from schemas.contract import Tier
 from workers.policy.targets import EffectiveTargets
+
+
+class PrecomputeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The precompute lever on a lent replica (`workers.runtime.precompute`; the simulator's replica
+    sets read it too): jobs scored in
+    the inference thread's idle time, between requests."""
+
+    enabled: bool = False
+    #: A job is scored in slices of about this long, so a request waits one slice at most.
+    chunk_ms: Annotated[float, Meta(gt=0.0, le=1000.0)] = 2.0
+    #: Jobs read ahead of the one being scored; the partitions pause while it is full.
+    read_ahead: Annotated[int, Meta(ge=1, le=1000)] = 2
+    #: The share of the replica's CPU quota (one core without one) its process may use with
+    #: precompute running, as measured (its CPU time, every thread): past the quota the
+    #: process is throttled, and a request that arrives then waits for the next period
+    #: (`Pace`).
+    max_share: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.8
 
 
 class OffsetLedger:

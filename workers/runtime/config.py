@@ -26,6 +26,7 @@ from schemas.kafka_config import KafkaSettings
 from schemas.signing import Keyring, KeySource
 from workers.features import SpecError
 from workers.policy.admission import AdmissionConfig
+from workers.policy.precompute import PrecomputeConfig
 from workers.policy.replica import serves_whole_requests
 from workers.policy.targets import LocalLimits
 from workers.runtime.batching import BatchingConfig
@@ -36,22 +37,6 @@ Name = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._
 
 class ConfigError(ValueError):
     """The worker cannot start with this configuration; the message names the key."""
-
-
-class PrecomputeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """The precompute lever on a lent replica (`workers.runtime.precompute`): jobs scored in
-    the inference thread's idle time, between requests."""
-
-    enabled: bool = False
-    #: A job is scored in slices of about this long, so a request waits one slice at most.
-    chunk_ms: Annotated[float, Meta(gt=0.0, le=1000.0)] = 2.0
-    #: Jobs read ahead of the one being scored; the partitions pause while it is full.
-    read_ahead: Annotated[int, Meta(ge=1, le=1000)] = 2
-    #: The share of the replica's CPU quota (one core without one) its process may use with
-    #: precompute running, as measured (its CPU time, every thread): past the quota the
-    #: process is throttled, and a request that arrives then waits for the next period
-    #: (`workers.policy.precompute.Pace`).
-    max_share: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.8
 
 
 class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
