@@ -34,6 +34,8 @@ def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float | 
 REACTION = "surplus_worker_preemption_reaction_seconds"
 #: The part of the reaction that is Kafka's: notice stamped to notice read by the worker.
 DELIVERY = "surplus_worker_preemption_delivery_seconds"
+#: Notice stamped to the precompute lever stopped (the end of the slice in service, if any).
+PRECOMPUTE_STOP = "surplus_worker_precompute_stop_seconds"
 
 
 NOTICES = "surplus_worker_preemption_notices_total"

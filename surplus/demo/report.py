@@ -115,6 +115,21 @@ def broker_pauses(info: RunInfo, pauses: list[tuple[int, float]]) -> dict[str, A
             "broker_gc_paused_share": _round(sum(during) / span_ms, 5)}
 
 
+def _precompute_stop(metrics: dict[str, str], shed_p99_s: float | None) -> dict[str, Any]:
+    """The precompute lever's notice-to-stop beside RMA's extras' notice-to-shed (the goal:
+    within 1.2x): a slice in service when a notice comes runs to its end, so the lever stops
+    up to one slice later than the extras are dropped. Empty where no worker ran it."""
+    buckets = reactions.reaction_buckets(metrics, reactions.PRECOMPUTE_STOP)
+    stops = int(buckets[-1][1]) if buckets else 0
+    if not stops:
+        return {}
+    p99 = reactions.histogram_quantile(0.99, buckets)
+    return {"precompute_stop_p99_ms": None if p99 is None else round(p99 * 1000.0, 3),
+            "precompute_stop_reactions": stops,
+            "precompute_stop_vs_shed_p99": (None if p99 is None or not shed_p99_s
+                                            else round(p99 / shed_p99_s, 3))}
+
+
 def _json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
@@ -148,6 +163,7 @@ def summarize(info: RunInfo, rec: Recorded | None, req: Requests | None,
         0.99, reactions.reaction_buckets(metrics, reactions.DELIVERY))
     out["notice_delivery_p99_ms"] = None if delivery is None else round(delivery * 1000.0, 3)
     out["notice_paths"] = reactions.notice_paths(metrics)
+    out.update(_precompute_stop(metrics, p99))
     out["notice_to_shed_method"] = (
         "PreemptionNotice ts_ms to optional work stopped by its first copy (Kafka or POST "
         "/v1/preempt, see notice_paths), summed over the workers' "
@@ -339,6 +355,7 @@ HEADLINE = ("baseline_requests_total", "baseline_requests_failed",
             "baseline_p99_ms_worst_window", "baseline_p99_ms_median_window",
             "optional_units_done", "optional_units_shed", "incremental_value",
             "incremental_value_by_lever", "precompute", "notice_to_shed_p99_ms",
+            "precompute_stop_p99_ms", "precompute_stop_vs_shed_p99",
             "notice_to_shed_mean_ms", "notice_delivery_p99_ms",
             "broker_gc_pause_max_ms", "opportunistic_busy_share_lent",
             "opportunistic_busy_share_method", "client_sla_violation_windows",

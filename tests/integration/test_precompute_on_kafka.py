@@ -122,6 +122,9 @@ async def test_jobs_are_answered_by_key_and_a_notice_hands_a_job_in_service_to_t
         assert big.worker_id == "w2" and big.candidates == 4000
         assert runner(w1).counts.get("answered", 0) == answered_before
         assert not runner(w1).snapshot()["allowed"] and runner(w1)._consumer is None
+        # its stop is measured once, from the notice's stamp, as the extras' shed is
+        stops = w1.metrics.registry.get_sample_value("surplus_worker_precompute_stop_seconds_count")
+        assert stops == 1.0
 
         # Every job is committed by the group: none is left to be read again.
         def committed() -> bool:

@@ -138,6 +138,11 @@ class WorkerMetrics:
                                        ["outcome"], registry=reg)
         self.precompute_rows = Counter("surplus_worker_precompute_rows",
                                        "Candidate rows scored for precompute jobs", registry=reg)
+        self.precompute_stop = Histogram(
+            "surplus_worker_precompute_stop_seconds",
+            "PreemptionNotice ts_ms to precompute stopped on this worker: at the notice, or "
+            "at the end of the slice in service when it came", buckets=REACTION_BUCKETS_S,
+            registry=reg)
         self.precompute_busy = Counter("surplus_worker_precompute_busy_seconds",
                                        "Seconds the model spent on precompute slices (idle "
                                        "time it filled)", registry=reg)

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from schemas import kafka_clients
-from schemas.clock import wall_ms
+from schemas.clock import wall_ms, wall_ms_fine
 from schemas.codec import ContractError, codec_for, encode
+from schemas.contract import PreemptionNotice
 from schemas.kafka_clients import Consumer, KafkaError, Message, TopicPartition
 from schemas.precompute import PRECOMPUTE_GROUPS, PrecomputeJob, PrecomputeResult
 from workers.capacity.observe import own_quota
@@ -96,6 +97,11 @@ class PrecomputeRunner(threading.Thread):
         #: none), with the process's own measured use fed back (`Pace`).
         self._pace = Pace(quota.cores if quota is not None else 1.0, self.config.max_share)
         self._cpu_seen = (time.monotonic(), time.process_time())
+        #: A slice is in service on the inference thread (it runs on past a notice).
+        self._in_slice = False
+        #: Notices (their ``ts_ms``) that came during the slice in service: stopped at its end.
+        self._owed: list[int] = []
+        self.worker.preemption_listeners.append(self.on_notice)
 
     # -- the batcher's idle work (inference thread) ---------------------------------------------
 
@@ -117,11 +123,14 @@ class PrecomputeRunner(threading.Thread):
         n = chunk_rows(cost, self.config.chunk_ms, self.worker.batcher.max_batch_rows)
         chunk = held.rows.take(held.done_rows, held.done_rows + n)
         t0 = time.perf_counter()
+        self._in_slice = True
         try:
             scores = np.asarray(scorer.score(*assemble([chunk]))).reshape(-1)
         except Exception as exc:  # a broken model fails the job, not the worker
+            self._slice_ended()
             self._finish(held, "model_failure", str(exc))
             return
+        self._slice_ended()
         elapsed = time.perf_counter() - t0
         self._pace.after(elapsed, time.monotonic())
         self.worker.metrics.precompute_busy.inc(elapsed)
@@ -137,6 +146,26 @@ class PrecomputeRunner(threading.Thread):
                 return
             self._current = None
         self._answer(held)
+
+    def on_notice(self, notice: PreemptionNotice, _stopped_ns: int) -> None:
+        """A notice was applied (`Worker.on_preemption`, after `halt`): precompute stopped
+        then, or stops at the end of the slice in service (`step` measures it there). The
+        measure is the notice-to-shed of RMA's extras, for this lever's work."""
+        with self._lock:
+            if self._in_slice:
+                self._owed.append(notice.ts_ms)
+                return
+        self._stopped(notice.ts_ms)
+
+    def _slice_ended(self) -> None:
+        with self._lock:
+            self._in_slice = False
+            owed, self._owed = self._owed, []
+        for ts_ms in owed:
+            self._stopped(ts_ms)
+
+    def _stopped(self, ts_ms: int) -> None:
+        self.worker.metrics.precompute_stop.observe(max(0.0, wall_ms_fine() - ts_ms) / 1000.0)
 
     def halt(self) -> None:
         """Stop now (a notice, from whichever thread read it): drop what is held unanswered;

@@ -172,6 +172,18 @@ def test_reaction_buckets_sum_over_workers() -> None:
     assert reactions.reaction_buckets({"a": text + delivery}, reactions.DELIVERY) == [(0.001, 1.0)]
 
 
+def test_precompute_stop_is_reported_beside_the_extras_shed_only_where_it_ran() -> None:
+    stop = ('surplus_worker_precompute_stop_seconds_bucket{le="0.004"} 0.0\n'
+            'surplus_worker_precompute_stop_seconds_bucket{le="0.006"} 100.0\n'
+            'surplus_worker_precompute_stop_seconds_bucket{le="+Inf"} 100.0\n')
+    out = demo_report._precompute_stop({"w": stop}, 0.005)
+    assert out["precompute_stop_reactions"] == 100
+    assert out["precompute_stop_p99_ms"] == 5.98
+    assert out["precompute_stop_vs_shed_p99"] == 1.196
+    assert demo_report._precompute_stop({"w": "surplus_worker_preemptions_total 1.0\n"},
+                                        0.005) == {}
+
+
 def test_notice_paths_say_which_copy_came_first_summed_over_workers() -> None:
     text = ('surplus_worker_preemption_notices_total{outcome="applied",path="http"} 9.0\n'
             'surplus_worker_preemption_notices_total{outcome="duplicate",path="kafka"} 9.0\n'
