@@ -21,7 +21,8 @@ from surplus.demo.runinfo import verdict
 
 #: The files of a previous run in the same folder, removed before a run starts.
 OUTPUTS = ("summary.json", "report.html", "run.json", report.EVENT_LOG, report.SLICES,
-           "worker_metrics.json", "latency.png", "targets.png", "capacity.png", "shedding.png")
+           "worker_metrics.json", report.PRECOMPUTE_AUDIT, "latency.png", "targets.png",
+           "capacity.png", "shedding.png")
 
 
 def clear(out: Path) -> None:

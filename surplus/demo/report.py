@@ -25,6 +25,8 @@ SLICES = "slices.jsonl"
 """The opportunistic replicas' CPU slices' usage counters, sampled about once a second."""
 BROKER_GC_LOG = "logs/kafka-gc.log"
 """The embedded broker's collector log, kept from its data directory when the run ends."""
+#: Every precompute job checked against the answers at the end (`precompute_audit`).
+PRECOMPUTE_AUDIT = "precompute_audit.json"
 ATTRIBUTION = "Arrivals: Azure LLM inference trace 2023, Microsoft Azure Public Dataset, CC BY 4.0."
 
 
@@ -43,6 +45,9 @@ def build(out: Path) -> dict[str, Any]:
     if gc_log.is_file():
         summary.update(broker_pauses(info, localkafka.gc_pauses(gc_log.read_text())))
     summary.update(measured_lift(out, info.region, log, loadgen))
+    audit = _json(out / PRECOMPUTE_AUDIT)
+    if audit is not None:
+        summary["precompute_audit"] = audit
     summary["event_log"] = EVENT_LOG if log.is_file() else None
     summary["replay"] = (f"surplus replay {out / EVENT_LOG} --offline --config "
                          f"{out / 'control.toml'} --out {out / 'replay'}")
@@ -354,7 +359,8 @@ HEADLINE = ("baseline_requests_total", "baseline_requests_failed",
             "baseline_sla_violation_windows", "baseline_windows_judged", "sla_p99_ms",
             "baseline_p99_ms_worst_window", "baseline_p99_ms_median_window",
             "optional_units_done", "optional_units_shed", "incremental_value",
-            "incremental_value_by_lever", "precompute", "notice_to_shed_p99_ms",
+            "incremental_value_by_lever", "precompute", "precompute_audit",
+            "notice_to_shed_p99_ms",
             "precompute_stop_p99_ms", "precompute_stop_vs_shed_p99",
             "notice_to_shed_mean_ms", "notice_delivery_p99_ms",
             "broker_gc_pause_max_ms", "opportunistic_busy_share_lent",

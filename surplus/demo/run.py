@@ -277,6 +277,10 @@ class Demo:
             out=self.out, quick=quick, say=self.say)
         if self.monitor is not None:
             self.monitor.stop()
+        plant = getattr(self, "scenario", None) and self.scenario.precompute
+        if plant and plant.enabled and self.kafka is not None and self.start_ms and not quick():
+            shutdown.audit_precompute(self.kafka, self.region.name, list(plant.models),
+                                      self.out, self.end_ms - self.start_ms, self.say)
         if self.broker_dir is not None:
             shutdown.stop_broker(self.broker_dir, self.out, self.say)
         left = self.children.alive()

@@ -18,8 +18,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from schemas import kafka_clients
+from schemas.clock import wall_ms
+from schemas.kafka_clients import KafkaException
+from schemas.kafka_config import KafkaSettings
 from surplus import localkafka
-from surplus.demo import report
+from surplus.demo import precompute_audit, report
 from surplus.demo.children import Children
 from surplus.demo.replicas import ReplicaBook
 
@@ -71,6 +75,25 @@ def scrape_workers(children: Children, book: ReplicaBook, names: list[str],
             texts[name] = text
     if texts:
         (out / "worker_metrics.json").write_text(json.dumps(texts))
+
+
+def audit_precompute(kafka: KafkaSettings, region: str, models: list[str], out: Path,
+                     run_ms: int, say: Callable[[str], None]) -> None:
+    """Every precompute job checked against the answers and the groups' commits
+    (`precompute_audit`), once the workers have stopped and before the broker goes."""
+    try:
+        metrics = json.loads((out / "worker_metrics.json").read_text())
+    except (OSError, ValueError):
+        metrics = {}
+    try:
+        result = precompute_audit.audit(kafka, region, models, now_ms=wall_ms(), run_ms=run_ms,
+                                        worker_metrics=metrics)
+    except (KafkaException, TimeoutError, kafka_clients.TopicUnavailable) as exc:
+        result = {"checked": False, "why": f"{type(exc).__name__}: {exc}"}
+    (out / report.PRECOMPUTE_AUDIT).write_text(json.dumps(result, indent=2) + "\n")
+    if result.get("checked") and result.get("jobs_lost"):
+        say(f"warning: precompute jobs lost: {result['jobs_lost']} (see "
+            f"{report.PRECOMPUTE_AUDIT})")
 
 
 def stop_broker(broker_dir: Path, out: Path, say: Callable[[str], None]) -> None:
