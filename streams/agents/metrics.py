@@ -126,6 +126,10 @@ class Metrics:
         self.window_rps = Gauge("surplus_control_window_request_rate",
                                 "Requests/s in the last closed window", ["scope", "pool"],
                                 registry=self.registry)
+        self.window_reports = Gauge("surplus_control_window_reports",
+                                    "Worker reports merged into the last closed window (one "
+                                    "a replica a report interval when none is late)",
+                                    ["scope", "pool"], registry=self.registry)
         self.capacity = Gauge("surplus_control_opportunistic_units",
                               "Opportunistic capacity on the books: resource cpu_units (CPU "
                               "units) or an accelerator type (its units)", ["scope", "resource"],
@@ -197,6 +201,7 @@ class Metrics:
             self.p99.labels(scope, window.pool_id).set(window.p99_ms / 1000.0)
             self.p50.labels(scope, window.pool_id).set(window.p50_ms / 1000.0)
             self.window_rps.labels(scope, window.pool_id).set(window.request_rate)
+            self.window_reports.labels(scope, window.pool_id).set(window.reports)
         cost, cfg = controller.cost, controller.config
         if cost.evidence_s("baseline") > 0:
             self.unit_cost.labels(scope, "baseline", "candidate").set(
