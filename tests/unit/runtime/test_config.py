@@ -142,4 +142,4 @@ def test_precompute_on_a_baseline_replica_or_without_kafka_stops_the_worker_nami
         check_precompute_kafka(lent)
     config = load_config(None, {"worker_id": "w1", "precompute.enabled": True,
                                 "tier": "opportunistic", "kafka": {"bootstrap": "127.0.0.1:1"}})
-    assert config.precompute.enabled and config.precompute.chunk_ms == 2.0
+    assert config.precompute.enabled and config.precompute.chunk_ms == 1.0
