@@ -4,7 +4,8 @@ the job it held, never committed, is read again and answered by the other. None 
 
 from __future__ import annotations
 
-import time
+import asyncio
+import threading
 from contextlib import AsyncExitStack
 
 import numpy as np
@@ -55,14 +56,23 @@ def job(key: str, candidates: int, seed: int = 0) -> bytes:
                                 top=20))
 
 
-class Slow:
-    """The worker's own model, a millisecond slower a pass."""
+class Held:
+    """The worker's own model, which holds its ``after``-th pass until ``release`` is set: a
+    job is in service when the notice comes however late a loaded machine delivers it (a
+    millisecond a row raced a 4,000-row job against the notice's delivery, and once lost)."""
 
-    def __init__(self, scorer: Scorer) -> None:
+    def __init__(self, scorer: Scorer, after: int) -> None:
         self.scorer = scorer
+        self.after = after
+        self.passes = 0
+        self.holding = threading.Event()
+        self.release = threading.Event()
 
     def score(self, *inputs: np.ndarray) -> np.ndarray:
-        time.sleep(0.001)
+        self.passes += 1
+        if self.passes == self.after:
+            self.holding.set()
+            self.release.wait(60)
         return self.scorer.score(*inputs)
 
 
@@ -105,24 +115,26 @@ async def test_jobs_are_answered_by_key_and_a_notice_hands_a_job_in_service_to_t
             assert result.candidates == 10 and len(result.top_ids) == 10
             assert result.top_scores == sorted(result.top_scores, reverse=True)
 
-        # A big job on w1's partition, which w1 scores slowly (a millisecond a row); the
-        # notice comes while it is in service.
+        # A big job on w1's partition, which w1 scores a row a slice; its 50th slice is held
+        # in service until the notice has stopped the lever.
         (partition,) = assigned(w1)
-        w1.batcher.scorer = Slow(w1.batcher.scorer)
-        rows_before = runner(w1).rows_done
+        held = Held(w1.batcher.scorer, after=50)
+        w1.batcher.scorer = held
         producer.produce(kafka.topic("precompute"), key=b"big", value=job("big", 4000),
                          partition=partition)
         assert producer.flush(10) == 0
-        await eventually(lambda: runner(w1).rows_done > rows_before + 50, 60.0)
+        await asyncio.to_thread(held.holding.wait, 60)
         answered_before = runner(w1).counts.get("answered", 0)
         produce(kafka, "preemption", "eu1",
                 encode(notice(w1.config.pool, replicas=["w1"], notice_id="n-big")))
+        await eventually(lambda: not runner(w1).snapshot()["allowed"], 60.0)
+        held.release.set()  # the slice in service ends: it must not be answered
         await eventually(lambda: "big" in answers(reader), 60.0)
         (big,) = answers(reader)["big"]
         assert big.worker_id == "w2" and big.candidates == 4000
         assert runner(w1).counts.get("answered", 0) == answered_before
         assert not runner(w1).snapshot()["allowed"] and runner(w1)._consumer is None
-        # its stop is measured once, from the notice's stamp, as the extras' shed is
+        # its stop is measured once, at the end of the slice in service, from the notice's stamp
         stops = w1.metrics.registry.get_sample_value("surplus_worker_precompute_stop_seconds_count")
         assert stops == 1.0
 
