@@ -31,6 +31,12 @@ MAX_TOP = 1024
 PRECOMPUTE_GROUPS = "precompute."
 
 
+def group_id(prefix: str, region: str, model: str) -> str:
+    """The lent replicas of one model in one region share the jobs; the topic prefix keeps
+    deployments on one cluster apart."""
+    return f"{prefix}{PRECOMPUTE_GROUPS}{region}.{model}"
+
+
 def _check_version(event: Event) -> None:
     if event.v < PRECOMPUTE_VERSION:
         raise ValueError(f"{type(event).__name__} is a v{PRECOMPUTE_VERSION} type: it is "

@@ -75,8 +75,7 @@ class RegionPrecompute:
         self.delay_ms = delay_ms
         self.holdout_fraction = holdout_fraction
         self._rng = np.random.default_rng(seed)
-        weights = 1.0 / np.arange(1, plant.users + 1, dtype=np.float64) ** plant.user_skew
-        self._cdf = np.cumsum(weights / weights.sum())
+        self._cdf = plant.visit_cdf()
         ms = 1000.0
         self.planners = {m: JobPlanner(round(plant.recent_s * ms), round(plant.refresh_s * ms),
                                        plant.max_jobs_per_s) for m in plant.models}
@@ -104,8 +103,7 @@ class RegionPrecompute:
                 continue
             if self.answers.fresh(f"u{user}/{model}", now) is None:
                 continue
-            worth = (self.region.rma_value(self.plant.candidates)
-                     + (gain if model == "powerful" else 0.0))
+            worth = self.plant.answer_worth(self.region, model, gain)
             best = worth if best is None else max(best, worth)
         return best
 

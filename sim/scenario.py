@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
+import numpy as np
 from msgspec import Meta
 
 from streams.control.config import ControlConfig
@@ -345,6 +346,17 @@ class PrecomputePlant(_Config, frozen=True, kw_only=True):
     ttl_s: Positive = 120.0
     #: Jobs a second at most (a cap; the rate follows what the replicas answer, measured).
     max_jobs_per_s: Positive = 100.0
+
+    def visit_cdf(self) -> np.ndarray:
+        """The cumulative share of visits by user rank (Zipf, ``user_skew``): a uniform draw
+        searched in it is the visiting user, live (`surplus.live.draws`) and simulated."""
+        weights = 1.0 / np.arange(1, self.users + 1, dtype=np.float64) ** self.user_skew
+        return np.cumsum(weights / weights.sum())
+
+    def answer_worth(self, region: RegionConfig, model: str, gain: float) -> float:
+        """What a visit served from an answer of ``model`` is worth in the value model: the
+        ranking over the job's extras, and the segment's ``gain`` from the powerful model."""
+        return region.rma_value(self.candidates) + (gain if model == "powerful" else 0.0)
 
 
 class DelaysConfig(_Config, frozen=True, kw_only=True):

@@ -22,14 +22,12 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from schemas import kafka_clients
 from schemas.codec import ContractError, codec_for
 from schemas.kafka_clients import OFFSET_BEGINNING, Consumer, TopicPartition
 from schemas.kafka_config import KafkaSettings
-from schemas.precompute import PrecomputeJob, PrecomputeResult
-from workers.runtime.precompute import group_id
+from schemas.precompute import PrecomputeJob, PrecomputeResult, group_id
+from surplus.demo.reactions import labelled
 
 #: The cache topic's segments close after this long (`schemas.topics`): none is compacted
 #: before then.
@@ -124,11 +122,6 @@ def _committed(kafka: KafkaSettings, group: str) -> dict[int, int]:
 
 def _expired_skips(worker_metrics: Mapping[str, str]) -> int:
     """Jobs the workers read after their expiry and skipped, summed over every worker."""
-    total = 0.0
-    for text in worker_metrics.values():
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if (sample.name == "surplus_worker_precompute_jobs_total"
-                        and sample.labels.get("outcome") == "expired"):
-                    total += sample.value
-    return int(total)
+    return int(sum(value for labels, value in labelled(dict(worker_metrics),
+                                                       "surplus_worker_precompute_jobs_total")
+                   if labels.get("outcome") == "expired"))

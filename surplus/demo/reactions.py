@@ -41,7 +41,7 @@ PRECOMPUTE_STOP = "surplus_worker_precompute_stop_seconds"
 NOTICES = "surplus_worker_preemption_notices_total"
 
 
-def _labelled(metrics: dict[str, str], sample: str) -> Iterator[tuple[dict[str, str], float]]:
+def labelled(metrics: dict[str, str], sample: str) -> Iterator[tuple[dict[str, str], float]]:
     """Every sample named ``sample`` in every worker's /metrics text: its labels and value
     (prometheus-client's own parser of the text format)."""
     for text in metrics.values():
@@ -55,7 +55,7 @@ def notice_paths(metrics: dict[str, str]) -> dict[str, dict[str, int]]:
     """Notices the workers read, by path (``http``, ``kafka``) and outcome, summed over every
     worker's /metrics text: which copy came first (``applied``) and which second."""
     out: dict[str, dict[str, int]] = defaultdict(dict)
-    for labels, value in _labelled(metrics, NOTICES):
+    for labels, value in labelled(metrics, NOTICES):
         path, outcome = labels["path"], labels["outcome"]
         out[path][outcome] = out[path].get(outcome, 0) + round(value)
     return {path: dict(sorted(v.items())) for path, v in sorted(out.items())}
@@ -63,8 +63,8 @@ def notice_paths(metrics: dict[str, str]) -> dict[str, dict[str, int]]:
 
 def reaction_mean_s(metrics: dict[str, str], histogram: str = REACTION) -> float | None:
     """Mean reaction over every worker (the histogram's _sum over its _count)."""
-    total = sum(v for _, v in _labelled(metrics, f"{histogram}_sum"))
-    count = sum(v for _, v in _labelled(metrics, f"{histogram}_count"))
+    total = sum(v for _, v in labelled(metrics, f"{histogram}_sum"))
+    count = sum(v for _, v in labelled(metrics, f"{histogram}_count"))
     return total / count if count else None
 
 
@@ -72,6 +72,6 @@ def reaction_buckets(metrics: dict[str, str],
                      histogram: str = REACTION) -> list[tuple[float, float]]:
     """Summed cumulative buckets of a reaction histogram over every worker's /metrics text."""
     summed: dict[float, float] = defaultdict(float)
-    for labels, value in _labelled(metrics, f"{histogram}_bucket"):
+    for labels, value in labelled(metrics, f"{histogram}_bucket"):
         summed[float(labels["le"])] += value      # float("+Inf") is inf
     return sorted(summed.items())

@@ -96,8 +96,7 @@ class RequestDraws:
         plant = self.precompute
         assert plant is not None
         rng = self._rng
-        weights = 1.0 / np.arange(1, plant.users + 1, dtype=np.float64) ** plant.user_skew
-        return Users(cdf=np.cumsum(weights / weights.sum()),
+        return Users(cdf=plant.visit_cdf(),
                      segments=np.searchsorted(self._cdf, rng.random(plant.users), side="right")
                      .clip(0, len(self.region.segments) - 1),
                      dense=rng.standard_normal((plant.users, self.num_dense)).round(4),

@@ -215,8 +215,7 @@ class LoadGenerator:
             answer = side.answer(f"{user}/{model}", request_id)
             if answer is None:
                 continue
-            worth = (rma_value(self.region, answer.candidates - self.region.base_candidates)
-                     + (seg.gain if model == "powerful" else 0.0))
+            worth = self.scenario.precompute.answer_worth(self.region, model, seg.gain)
             best = worth if best is None else max(best, worth)
         return best
 

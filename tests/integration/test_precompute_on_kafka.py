@@ -16,7 +16,7 @@ from schemas.clock import wall_ms
 from schemas.codec import encode
 from schemas.kafka_clients import TopicPartition
 from schemas.kafka_config import KafkaSettings
-from schemas.precompute import PrecomputeJob, PrecomputeResult
+from schemas.precompute import PrecomputeJob, PrecomputeResult, group_id
 from tests.integration.harness import TopicReader
 from tests.integration.test_worker_on_kafka import eventually, produce
 from tests.integration.worker_support import (
@@ -32,7 +32,7 @@ from workers.policy.holdout import in_holdout
 from workers.runtime.batching import Scorer
 from workers.runtime.config import WorkerConfig
 from workers.runtime.kafka_io import KafkaIO
-from workers.runtime.precompute import PrecomputeRunner, group_id
+from workers.runtime.precompute import PrecomputeRunner
 from workers.runtime.worker import Worker
 from workers.wire import encode_rank_request
 

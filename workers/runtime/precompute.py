@@ -29,7 +29,7 @@ from schemas.clock import wall_ms, wall_ms_fine
 from schemas.codec import ContractError, codec_for, encode
 from schemas.contract import PreemptionNotice
 from schemas.kafka_clients import Consumer, KafkaError, Message, TopicPartition
-from schemas.precompute import PRECOMPUTE_GROUPS, PrecomputeJob, PrecomputeResult
+from schemas.precompute import PrecomputeJob, PrecomputeResult, group_id
 from workers.capacity.observe import own_quota
 from workers.features import Rows, assemble
 from workers.policy.precompute import OffsetLedger, Pace, chunk_rows, may_precompute, top_k
@@ -43,12 +43,6 @@ log = logging.getLogger("surplus.worker.precompute")
 #: How often the thread re-reads whether precompute may run (a notice stops it at once anyway).
 CHECK_EVERY_S = 0.05
 _job_codec = codec_for(PrecomputeJob)
-
-
-def group_id(prefix: str, region: str, model: str) -> str:
-    """The lent replicas of one model in one region share the jobs; the topic prefix keeps
-    deployments on one cluster apart."""
-    return f"{prefix}{PRECOMPUTE_GROUPS}{region}.{model}"
 
 
 @dataclass
