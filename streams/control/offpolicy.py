@@ -127,6 +127,7 @@ from streams.control.moments import (
     sbm_share_var,
 )
 from streams.control.moments import merge as _merge
+from streams.control.strata import Stratum, post_stratified
 
 _BOUND = 1e6
 
@@ -137,18 +138,6 @@ class Arms(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True
     powerful: Moments = Moments()
     powerful_total: float = 0.0
     """Treated rounds the powerful model served, never forgotten (the lift's SBM share)."""
-
-
-class Stratum(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True,
-              array_like=True):
-    """One segment's outcomes, treated and holdout, for the post-stratified lift."""
-
-    treated: Moments = Moments()
-    holdout: Moments = Moments()
-
-    def merge(self, other: Stratum) -> Stratum:
-        return Stratum(treated=_merge(self.treated, other.treated),
-                       holdout=_merge(self.holdout, other.holdout))
 
 
 class EstimatesState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -230,9 +219,9 @@ class GainEstimator:
     def _stratify(self, segment: str, value: float, holdout: bool, v: float) -> None:
         stratum = self._strata.get(segment)
         if stratum is None and len(self._strata) >= self.sbm.max_segments:
-            self._unstratified = _add_to(self._unstratified, value, holdout, v)
+            self._unstratified = self._unstratified.add(value, holdout, v)
             return
-        self._strata[segment] = _add_to(stratum or Stratum(), value, holdout, v)
+        self._strata[segment] = (stratum or Stratum()).add(value, holdout, v)
 
     # -- per-segment gains -----------------------------------------------------------------
 
@@ -355,44 +344,10 @@ class GainEstimator:
         return out
 
     def _all_lift(self) -> tuple[float, float]:
-        """Treated minus holdout, post-stratified by segment: ``(mean, variance)``::
-
-            mean = Σ_k (n_Tk / n_T)(ybar_Tk - ybar_Hk)
-            var  = Σ_k (n_Tk / n_T)² (Var(ybar_Tk) + Var(ybar_Hk))
-
-        W_k = n_Tk / n_T is Σ_k v / Σ v, and with sampled records (v > 1) the variance of the
-        estimated shares is added: Σ_k (d_k - mean)² Σ_{i in k} v_i² / (Σ v)².
-        The plain difference of means when no stratum has
-        ``min_labels`` on both sides, or when the strata do not hold every outcome the totals
-        do (a snapshot from before they were kept)."""
-        t, h = self._treated, self._holdout
-        plain = (t.mean - h.mean, t.var_of_mean + h.var_of_mean)
-        k = max(self.labels.min_labels, 2)
-        parts, rest = [], self._unstratified
-        for name in sorted(self._strata):
-            s = self._strata[name]
-            if s.treated.n >= k and s.holdout.n >= k:
-                parts.append(s)
-            else:
-                rest = rest.merge(s)
-        held = (rest.treated.n + sum(s.treated.n for s in parts),
-                rest.holdout.n + sum(s.holdout.n for s in parts))
-        if not parts or abs(held[0] - t.n) > 0.5 or abs(held[1] - h.n) > 0.5:
-            return plain
-        if rest.treated.n >= k and rest.holdout.n >= k:
-            parts.append(rest)
-        elif rest.treated.n > 0 or rest.holdout.n > 0:
-            largest = max(range(len(parts)), key=lambda i: (parts[i].treated.n, -i))
-            parts[largest] = parts[largest].merge(rest)
-        mean = var = 0.0
-        for s in parts:
-            share = s.treated.w / t.w
-            mean += share * (s.treated.mean - s.holdout.mean)
-            var += share * share * (s.treated.var_of_mean + s.holdout.var_of_mean)
-        if sampled(t):   # the shares W_k are estimated from the sample
-            var += sum((s.treated.mean - s.holdout.mean - mean) ** 2 * s.treated.w2
-                       for s in parts) / (t.w * t.w)
-        return mean, var
+        """Treated minus holdout, post-stratified by segment: ``(mean, variance)``
+        (`streams.control.strata`)."""
+        return post_stratified(self._strata, self._unstratified, self._treated,
+                               self._holdout, self.labels.min_labels)
 
     def counts(self) -> dict[str, int]:
         return {"treated": round(self._treated.n), "holdout": round(self._holdout.n)}
@@ -453,12 +408,6 @@ def learned_curves(est: GainEstimator, *, rma_units_per_accel_s: float,
     rma_width = sum(w for w, _ in prior_rma)
     rma = ((rma_width, _grid(per_extra.measured * rma_units_per_accel_s)),)
     return rma, sbm
-
-
-def _add_to(stratum: Stratum, value: float, holdout: bool, v: float = 1.0) -> Stratum:
-    if holdout:
-        return Stratum(treated=stratum.treated, holdout=stratum.holdout.add(value))
-    return Stratum(treated=stratum.treated.add(value, v), holdout=stratum.holdout)
 
 
 def lift_report(scope: str, ts_ms: int, epoch: int, est: GainEstimator,
