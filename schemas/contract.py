@@ -18,7 +18,7 @@ SCHEMA_VERSION = 2
 #: rest; readers upgrade first, then writers. What each version added, and the upgrade order
 #: it asks for, is written once, in DESIGN.md (Data flow: "Every value carries a schema
 #: version"), and at each field below.
-READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11})
+READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
 OPERATOR_VERSION = 3
 DECISION_VERSION = 4
 POWERFUL_EXTRA_VERSION = 5
@@ -27,6 +27,7 @@ REPLICA_GRANT_VERSION = 7
 SIGNED_VERSION = 8
 SAMPLED_VERSION = 9
 ROOM_VERSION = 10
+ANSWER_VERSION = 12
 
 NonNegInt = Annotated[int, Meta(ge=0)]
 NonNegFloat = Annotated[float, Meta(ge=0.0)]
@@ -35,6 +36,8 @@ TimestampMs = Annotated[int, Meta(ge=0, le=2**53)]
 Name = Annotated[str, Meta(min_length=1, max_length=200)]
 Tier = Literal["baseline", "opportunistic"]
 ModelKind = Literal["baseline", "powerful"]
+#: What became of a fresh precompute answer a request held (`RoutingOutcome.answer`).
+AnswerUse = Literal["used", "withheld"]
 #: A member of the replicas topic: routable (``serving``) or leaving (``draining``).
 ReplicaState = Literal["serving", "draining"]
 #: Why a unit of optional work was not done. One spelling for the worker's counters, its
@@ -379,8 +382,16 @@ class RoutingOutcome(Event, frozen=True, kw_only=True):
     ``decision_sample``, by request-id hash, `workers.policy.sampling`); unset: 1, every
     decision logged. The estimators weigh the record by its inverse (Horvitz-Thompson). A
     holdout record is always logged, so it never carries one below 1."""
+    answer: AnswerUse | UnsetType = UNSET
+    """v12: the request held a fresh precompute answer and ``used`` it, or it was
+    ``withheld`` by the answer holdout (ranked live as if there were none); unset: it held
+    none (or is in the holdout). Used against withheld, segment by segment, is the precompute
+    lever's measured lift."""
 
     def __post_init__(self) -> None:
+        if self.answer is not UNSET and self.v < ANSWER_VERSION:
+            raise ValueError(f"`answer` is a v{ANSWER_VERSION} field: a decision record that "
+                             f"says what became of an answer is written as v{ANSWER_VERSION}")
         if self.inclusion is not UNSET:
             if self.v < SAMPLED_VERSION:
                 raise ValueError(f"`inclusion` is a v{SAMPLED_VERSION} field: a sampled "
@@ -487,10 +498,10 @@ CONTROL_TYPES: tuple[type[Event], ...] = (
 )
 
 __all__ = [
-    "CONTROL_TYPES", "DECISION_VERSION", "LIMIT_REASONS", "OPERATOR_VERSION",
+    "ANSWER_VERSION", "CONTROL_TYPES", "DECISION_VERSION", "LIMIT_REASONS", "OPERATOR_VERSION",
     "POWERFUL_EXTRA_VERSION", "READABLE_VERSIONS", "REPLICA_GRANT_VERSION", "ROOM_VERSION",
     "SAMPLED_VERSION", "SCHEMA_VERSION", "SHED_REASONS", "SIGNED_VERSION", "SUPPLY_VERSION",
-    "CapacityEvent", "ControlTargets",
+    "AnswerUse", "CapacityEvent", "ControlTargets",
     "DeadLetter", "Event", "KeyId", "LatencySketch", "LiftEstimate", "LiftReport",
     "LimitReason", "ModelKind", "OperatorOverride", "OutcomeLabel", "PoolPartial",
     "PreemptionNotice", "ReplicaAnnouncement", "ReplicaState", "RmaTarget", "RoutingOutcome",

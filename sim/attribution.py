@@ -19,18 +19,20 @@ from typing import Any
 
 import msgspec
 
-from schemas.contract import ControlTargets
+from schemas.contract import AnswerUse, ControlTargets
 from sim.controllers import SurplusPlane
 
 
 class Truth(msgspec.Struct, frozen=True):
     """What the simulator knows of a treated request: was it served by the powerful model,
-    its incremental value (the powerful model's gain plus the extras' value), and the inverse
-    of the propensity its decision record logs."""
+    its incremental value (the powerful model's gain, the extras' value and what a precompute
+    answer added over them), the inverse of the propensity its decision record logs, and
+    what became of the precompute answer it held (None: none)."""
 
     powerful: bool
     value: float
     weight: float
+    answer: AnswerUse | None = None
 
 
 class PendingLabel(msgspec.Struct, frozen=True):
@@ -81,7 +83,7 @@ class Attribution:
         truth = label.truth
         if truth is not None:
             add_truth(self.truth.setdefault(label.region, {}), label.segment,
-                      truth.powerful, truth.value, truth.weight)
+                      truth.powerful, truth.value, truth.weight, truth.answer)
 
     def track_order(self, targets: ControlTargets, true_gain: dict[str, float],
                     joined: int) -> None:
@@ -104,11 +106,13 @@ class Attribution:
                 continue
             true = true_lift(self.truth.get(region, {}))
             measured = controller.estimates.lift()
+            levers = ("all", "sbm", "rma") + (("precompute",) if "precompute" in measured
+                                               else ())
             lift[region] = {lever: {
                 "lift_measured": _r(measured[lever].measured),
                 "lift_ci_low": _r(measured[lever].ci_low),
                 "lift_ci_high": _r(measured[lever].ci_high),
-                "lift_true": _r(true[lever])} for lever in ("all", "sbm", "rma")}
+                "lift_true": _r(true[lever])} for lever in levers}
             lift[region]["counts"] = controller.estimates.counts()
             counts = controller.join.counts
             labels[region] = {"labels_joined": counts["joined"], "labels_late": counts["late"],
@@ -137,17 +141,22 @@ class Attribution:
 
 
 def add_truth(truth: dict[str, list[float]], segment: str, powerful: bool, value: float,
-              weight: float) -> None:
+              weight: float, answer: AnswerUse | None = None) -> None:
     """Count one treated request's true incremental value (its gain from the powerful model
     plus the value of the extras it got) into its segment's sums ``[baseline-arm n, Σ value,
-    powerful n, Σ value, baseline Σw, Σw·value, powerful Σw, Σw·value]``, ``weight`` being
-    the inverse of the propensity its decision record logs."""
-    sums = truth.setdefault(segment, [0.0] * 8)
+    powerful n, Σ value, baseline Σw, Σw·value, powerful Σw, Σw·value, answer used n,
+    Σ value, answer withheld n, Σ value]``, ``weight`` being the inverse of the propensity
+    its decision record logs."""
+    sums = truth.setdefault(segment, [0.0] * 12)
     arm = 2 if powerful else 0
     sums[arm] += 1.0
     sums[arm + 1] += value
     sums[4 + arm] += weight
     sums[5 + arm] += weight * value
+    if answer is not None:
+        at = 8 if answer == "used" else 10
+        sums[at] += 1.0
+        sums[at + 1] += value
 
 
 def true_lift(truth: dict[str, list[float]]) -> dict[str, float | None]:
@@ -157,18 +166,23 @@ def true_lift(truth: dict[str, list[float]]) -> dict[str, float | None]:
     weighted by the inverse propensity, as the off-policy estimate weighs them: the arms
     are compared as if every request had been routed at random, so a time when one arm was
     rarer, such as a reclaim that sends all to baseline with extras cut, does not count as
-    that arm's worth), times its powerful requests; ``rma``: the rest. The measured split
-    estimates the same quantities."""
+    that arm's worth), times its powerful requests; ``precompute``: per segment, what the
+    requests that used an answer got over those whose answer was withheld (both true
+    values, noise-free), times the requests that used one (as `streams.control.answer_lift`
+    compares them); ``rma``: the rest. The measured split estimates the same quantities."""
     n = sum(t[0] + t[2] for t in truth.values())
     if n <= 0:
-        return {"all": None, "sbm": None, "rma": None}
+        return {"all": None, "sbm": None, "rma": None, "precompute": None}
     total = sum(t[1] + t[3] for t in truth.values())
-    sbm = 0.0
+    sbm = pre = 0.0
     for name in sorted(truth):
-        _, _, npow, _, wb, wvb, wp, wvp = truth[name]
+        _, _, npow, _, wb, wvb, wp, wvp, nu, vu, nw, vw = truth[name]
         if npow:
             sbm += npow * (wvp / wp - (wvb / wb if wb else 0.0))
-    return {"all": total / n, "sbm": sbm / n, "rma": (total - sbm) / n}
+        if nu and nw:
+            pre += nu * (vu / nu - vw / nw)
+    return {"all": total / n, "sbm": sbm / n, "rma": (total - sbm - pre) / n,
+            "precompute": pre / n}
 
 
 def same_order(true: dict[str, float], learned: dict[str, float]) -> bool:

@@ -75,7 +75,8 @@ class SurplusClient:
             powerful_deadline_share=part.powerful_deadline_share, rma_budget_share=1.0,
             rma_burst_s=part.rma_burst_s, seed=seed, publish_outcomes=True,
             limits=part.limits, router=part.router, shed=part.shed,
-            holdout_fraction=part.holdout_fraction, decision_sample=part.decision_sample)
+            holdout_fraction=part.holdout_fraction, decision_sample=part.decision_sample,
+            answer_holdout_fraction=part.answer_holdout_fraction)
         self.decider = Decider(config)
 
     def decide(self, segment: str, value: float, available_extra: int, now: int,

@@ -126,7 +126,8 @@ class Simulation:
                 state.precompute = RegionPrecompute(
                     self.sc.precompute, rc, int(self.precompute_seeds[i].generate_state(1)[0]),
                     delay_ms=self.sc.delays.targets_ms,
-                    holdout_fraction=self.sc.client.holdout_fraction)
+                    holdout_fraction=self.sc.client.holdout_fraction,
+                    answer_holdout_fraction=self.sc.client.answer_holdout_fraction)
         self.requests = RequestPath(
             self.sc, self.regions, metrics=metrics, messages=self._messages,
             attribution=self.attribution, rng_labels=self.rng_labels,

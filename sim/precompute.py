@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from schemas.contract import ModelKind
+from schemas.contract import AnswerUse, ModelKind
 from schemas.precompute import PrecomputeResult
 from sim.scenario import PrecomputePlant, RegionConfig
-from workers.policy.holdout import in_holdout
+from workers.policy.holdout import in_holdout, withholds_answer
 from workers.policy.precompute import OffsetLedger, Pace, PrecomputeConfig, may_precompute
 from workers.policy.precomputed import Answers, JobPlanner, JobWindow
 
@@ -69,11 +69,15 @@ class RegionPrecompute:
     its topics, and the answers on their way (see the module docstring)."""
 
     def __init__(self, plant: PrecomputePlant, region: RegionConfig, seed: int, *,
-                 delay_ms: float, holdout_fraction: float) -> None:
+                 delay_ms: float, holdout_fraction: float,
+                 answer_holdout_fraction: float = 0.0) -> None:
         self.plant = plant
         self.region = region
         self.delay_ms = delay_ms
         self.holdout_fraction = holdout_fraction
+        self.answer_holdout_fraction = answer_holdout_fraction
+        #: Visits that held a fresh answer and were ranked live without it.
+        self.withheld = 0
         self._rng = np.random.default_rng(seed)
         self._cdf = plant.visit_cdf()
         ms = 1000.0
@@ -91,9 +95,13 @@ class RegionPrecompute:
 
     # -- the client's side ---------------------------------------------------------------
 
-    def visit(self, request_id: str, gain: float, now: int) -> float | None:
-        """A request arrives: its user is drawn and counts as seen; what its best fresh answer
-        is worth (None: none, or a holdout request, which gets no optional work)."""
+    def visit(self, request_id: str, gain: float,
+              now: int) -> tuple[float | None, AnswerUse | None]:
+        """A request arrives: its user is drawn and counts as seen. What its best fresh answer
+        is worth, and what became of it: ``used``, or ``withheld`` by the answer holdout
+        (then no worth: the visit is ranked live), as the live client's `PrecomputeSide.answer`
+        decides; ``(None, None)`` without one, or for a holdout request, which gets no optional
+        work."""
         self.deliver(now)
         user = int(np.searchsorted(self._cdf, self._rng.random(), side="right"))
         best: float | None = None
@@ -105,7 +113,12 @@ class RegionPrecompute:
                 continue
             worth = self.plant.answer_worth(self.region, model, gain)
             best = worth if best is None else max(best, worth)
-        return best
+        if best is None:
+            return None, None
+        if withholds_answer(request_id, self.answer_holdout_fraction):
+            self.withheld += 1
+            return None, "withheld"
+        return best, "used"
 
     def ask(self, now: int) -> None:
         """The jobs each model's planner wants now, as many as its window has room for."""
@@ -162,7 +175,7 @@ class RegionPrecompute:
                 "jobs_answered_twice": sum(1 for n in self.answered.values() if n > 1),
                 "answers_duplicate": lookups.get("duplicate", 0),
                 "visits_hit": lookups.get("hit", 0), "visits_miss": lookups.get("miss", 0),
-                "visits_expired": lookups.get("expired", 0)}
+                "visits_expired": lookups.get("expired", 0), "visits_withheld": self.withheld}
 
 
 class IdleJobs:

@@ -19,8 +19,16 @@ import math
 from collections.abc import Callable, Mapping
 
 import numpy as np
+from msgspec import UNSET
 
-from schemas.contract import SUPPLY_VERSION, Event, OutcomeLabel, RoutingOutcome
+from schemas.contract import (
+    ANSWER_VERSION,
+    SUPPLY_VERSION,
+    AnswerUse,
+    Event,
+    OutcomeLabel,
+    RoutingOutcome,
+)
 from sim.attribution import Attribution, LabelQueue, PendingLabel, Truth, normal_from
 from sim.clients import SurplusClient
 from sim.fleet import RegionState, choose
@@ -65,7 +73,9 @@ class RequestPath:
         self._publish = publish
         self._rid = itertools.count()
         #: rid -> (propensity, holdout) of its decision (sim.worker.Request does not keep them).
-        self._logged: dict[int, tuple[float, bool]] = {}
+        #: Per request: its logged propensity, whether it is in the holdout, and what became
+        #: of the precompute answer it held (None: none).
+        self._logged: dict[int, tuple[float, bool, AnswerUse | None]] = {}
         #: Requests finished, by when (then by request id), not yet settled.
         self._finished: list[tuple[float, int, Request]] = []
         #: Labels on their way.
@@ -94,12 +104,12 @@ class RequestPath:
             rid = next(self._rid)
             request_id = f"{rc.name}-{rid}"
             # a fresh precompute answer: ranked ahead, over more candidates; send the base only
-            worth = (None if state.precompute is None else
-                     state.precompute.visit(request_id, rc.segments[seg].gain, now))
+            worth, answer = ((None, None) if state.precompute is None else
+                             state.precompute.visit(request_id, rc.segments[seg].gain, now))
             available = rc.max_extra_candidates if worth is None else 0
             decision = state.client.decide(state.segment_names[seg], value, available, now,
                                            request_id)
-            self._logged[rid] = (decision.propensity, decision.holdout)
+            self._logged[rid] = (decision.propensity, decision.holdout, answer)
             req = Request(rid, now, seg, value, rc.base_candidates, decision.extra,
                           decision.model, decision.explored, decision.gain, available=available,
                           precomputed=worth)
@@ -255,18 +265,20 @@ class RequestPath:
         observed = seg.value + sbm + rma + pre \
             + seg.outcome_noise * (math.log(self._outcome_noise()))
         observed = max(-1e6, min(1e6, observed))
-        chosen_p, holdout = self._logged.pop(req.rid, (1.0, False))
+        chosen_p, holdout, answer = self._logged.pop(req.rid, (1.0, False, None))
         chosen: Model = "powerful" if req.fell_back else model
         propensity = logged_propensity(chosen, chosen_p, model)   # as the live client logs it
         truth = None if holdout else Truth(model == "powerful", sbm + rma + pre,
-                                           1.0 / propensity)
+                                           1.0 / propensity, answer)
         request_id = f"{rc.name}-{req.rid}"
         self._publish(end, "outcomes", rc.name, RoutingOutcome(
-            v=SUPPLY_VERSION, ts_ms=int(req.finished_ms), scope=rc.name,
+            v=SUPPLY_VERSION if answer is None else ANSWER_VERSION,   # as the live client
+            ts_ms=int(req.finished_ms), scope=rc.name,
             request_id=request_id, segment=seg.name, model=model,
             explored=req.explored and not req.fell_back,
             extra=done if not req.fell_back else 0,   # as the live client logs: scored
-            propensity=propensity, holdout=holdout, available=req.available))
+            propensity=propensity, holdout=holdout, available=req.available,
+            answer=UNSET if answer is None else answer))
         draws = self.rng_labels.random(4)
         fate = self.sc.labels.fate(float(draws[0]), float(normal_from(draws[1], draws[2])),
                                    float(draws[3]), unit=1000.0)
@@ -290,3 +302,4 @@ class RequestPath:
             self._publish(end, "labels", label.request_id, OutcomeLabel(
                 ts_ms=int(due), scope=label.region, request_id=label.request_id,
                 value=label.value))
+

@@ -43,7 +43,8 @@ class SampledSimulation(Simulation):
                 self.unsampled["outcomes"] += 1
                 return
             if inclusion < 1.0:
-                value = msgspec.structs.replace(value, v=SAMPLED_VERSION, inclusion=inclusion)
+                value = msgspec.structs.replace(value, v=max(value.v, SAMPLED_VERSION),
+                                                inclusion=inclusion)
         elif topic == "labels" and isinstance(value, OutcomeLabel):
             rid = value.request_id
             if decision_inclusion(rid, self.decision_sample,

@@ -298,6 +298,9 @@ class ClientConfigPart(_Config, frozen=True, kw_only=True):
     shed: ShedConfig = ShedConfig()
     holdout_fraction: Annotated[float, Meta(ge=0.0, le=0.5)] = 0.01
     """Requests (by request-id hash) that get no optional work: the lift's control group."""
+    answer_holdout_fraction: Annotated[float, Meta(ge=0.0, le=0.5)] = 0.05
+    """Visits holding a fresh precompute answer (by request-id hash) ranked live without it:
+    the precompute lever's control group (`ClientConfig.answer_holdout_fraction`)."""
     decision_sample: Annotated[float, Meta(gt=0.0, le=1.0)] = 1.0
     """Share of decision records the clients log, by request-id hash (holdout records
     always); the control plane weighs each by its inverse (`sim.sampling`)."""

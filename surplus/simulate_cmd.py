@@ -75,7 +75,9 @@ def simulate(
 def _lift_line(region: str, levers: dict[str, Any]) -> str:
     """Measured lift (the control plane's, against the holdout) beside the true lift."""
     parts = []
-    for lever in ("all", "sbm", "rma"):
+    for lever in ("all", "sbm", "rma", "precompute"):
+        if lever == "precompute" and lever not in levers:
+            continue   # the lever was off
         e = levers.get(lever) or {}
         if e.get("lift_measured") is None:
             parts.append(f"{lever} not measured (true {e.get('lift_true')})")

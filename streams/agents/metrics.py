@@ -41,8 +41,10 @@ class Metrics:
                                     ["scope"], registry=self.registry)
         self.lift = Gauge("surplus_control_lift",
                           "Measured lift per treated request against the holdout (value "
-                          "units): lever all, sbm, rma, rma_per_extra; stat measured, ci_low, "
-                          "ci_high", ["scope", "lever", "stat"], registry=self.registry)
+                          "units): lever all, sbm, rma, rma_per_extra, and where answers were "
+                          "used precompute, precompute_per_hit (against the answer holdout); "
+                          "stat measured, ci_low, ci_high", ["scope", "lever", "stat"],
+                          registry=self.registry)
         self.segment_gain = Gauge("surplus_control_segment_gain",
                                   "Per-segment SBM gain (SNIPS over joined decisions): stat "
                                   "measured, ci_low, ci_high, and posterior (what the targets "

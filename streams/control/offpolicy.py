@@ -46,10 +46,13 @@ or into the largest when that is short too), T treated and H holdout::
     lift = sum_k (n_Tk / n_T) (ybar_Tk - ybar_Hk)
     Var  = sum_k (n_Tk / n_T)^2 (s_Tk^2 / n_Tk + s_Hk^2 / n_Hk)         (Welch within each)
     sbm  = sum_s (n_powerful,s / n_T) gain_s,   Var = sum_s (n_powerful,s / n_T)^2 Var(gain_s)
-    rma  = lift - sbm,   Var = Var(lift) + Var(sbm)   (conservative);   rma_per_extra = rma / xbar
+    rma  = lift - sbm - precompute,   Var = Var(lift) + Var(sbm) + Var(precompute)
+                                         (conservative);   rma_per_extra = rma / xbar
 
-with n_powerful,s the treated rounds the powerful model served in s, and xbar the mean extra
-candidates sent with a treated request. With no stratum complete the lift is the plain
+with n_powerful,s the treated rounds the powerful model served in s, xbar the mean extra
+candidates sent with a treated request, and precompute the precompute lever's lift, measured
+against its own holdout of answers (`streams.control.answer_lift`; 0 where no visit held an
+answer). With no stratum complete the lift is the plain
 difference of means, ybar_T - ybar_H, its variance s_T^2/n_T + s_H^2/n_H.
 
 Sampled decision records (Horvitz-Thompson; the Hajek ratio form). A client that logs a
@@ -108,6 +111,7 @@ import math
 from statistics import NormalDist
 
 import msgspec
+from msgspec import UNSET
 
 from schemas.contract import (
     DECISION_VERSION,
@@ -116,6 +120,7 @@ from schemas.contract import (
     RoutingOutcome,
     SegmentPriority,
 )
+from streams.control.answer_lift import AnswerLift, AnswerState
 from streams.control.config import LabelsConfig, SbmConfig
 from streams.control.moments import (
     Estimate,
@@ -152,6 +157,8 @@ class EstimatesState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     """The lift's sums per segment, never forgotten (``sbm.max_segments`` of them)."""
     unstratified: Stratum = Stratum()
     """Outcomes of segments past ``sbm.max_segments``, one stratum for all of them."""
+    answers: AnswerState = AnswerState()
+    """The precompute lever's used and withheld answers (`streams.control.answer_lift`)."""
 
 
 class GainEstimator:
@@ -168,6 +175,7 @@ class GainEstimator:
         self._treated_extra = state.treated_extra
         self._strata: dict[str, Stratum] = dict(state.strata)
         self._unstratified = state.unstratified
+        self._answers = AnswerLift(sbm.max_segments, state.answers)
         self._z = NormalDist().inv_cdf(0.5 + labels.confidence / 2.0)
         self._scale: int | None = None
         """The covariate's scale (`best_scale`) over the segments' sums, until they change."""
@@ -198,6 +206,8 @@ class GainEstimator:
             return
         self._treated = self._treated.add(value, v)
         self._treated_extra += v * joined.extra
+        if joined.answer is not UNSET:
+            self._answers.observe(joined.segment, value, joined.answer, v)
         seg = self._segments.get(joined.segment)
         if seg is None:
             if len(self._segments) >= self.sbm.max_segments:
@@ -301,7 +311,9 @@ class GainEstimator:
 
             all = post-stratified treated - holdout          (`_all_lift`)
             sbm = Σ_s (n_powerful,s / n_T) gain_s
-            rma = all - sbm,   rma_per_extra = rma / mean extras sent
+            precompute = share of answers used · (used - withheld)   (`answer_lift`; only
+                         where visits held answers, with ``precompute_per_hit``)
+            rma = all - sbm - precompute,   rma_per_extra = rma / mean extras sent
 
         Each needs ``min_labels`` treated rounds (and holdout ones for ``all`` and ``rma``);
         a segment counts toward ``sbm`` with ``min_labels`` requests' worth of labels on both
@@ -332,10 +344,17 @@ class GainEstimator:
             if sampled(t):
                 sbm_var += sbm_share_var(counted, sbm_mean, t)
             out["sbm"] = estimate(sbm_mean, sbm_var, z)
+            pre_mean = pre_var = 0.0
+            if self._answers.seen:
+                out["precompute_per_hit"], pre = self._answers.lift(t, k, z)
+                out["precompute"] = pre
+                if pre.measured is not None and pre.std is not None:
+                    pre_mean, pre_var = pre.measured, pre.std ** 2
             if h.n >= k:
                 total_mean, total_var = self._all_lift()
                 out["all"] = estimate(total_mean, total_var, z)
-                rma = estimate(total_mean - sbm_mean, total_var + sbm_var, z)
+                rma = estimate(total_mean - sbm_mean - pre_mean,
+                               total_var + sbm_var + pre_var, z)
                 out["rma"] = rma
                 extra = self._treated_extra / t.w
                 if extra > 0 and rma.measured is not None and rma.std is not None:
@@ -358,7 +377,7 @@ class GainEstimator:
                               treated=self._treated, holdout=self._holdout,
                               treated_extra=self._treated_extra,
                               strata={k: self._strata[k] for k in sorted(self._strata)},
-                              unstratified=self._unstratified)
+                              unstratified=self._unstratified, answers=self._answers.state)
 
 
 def _grid(value: float, steps_per_octave: int = 8) -> float:

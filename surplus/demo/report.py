@@ -78,18 +78,21 @@ def measured_lift(out: Path, region: str, log: Path,
         return {}
     measured = controller.estimates.lift()
     counts = controller.join.counts
+    levers = ("all", "sbm", "rma") + (("precompute",) if "precompute" in measured else ())
     lift = {lever: {"lift_measured": _round(measured[lever].measured, 6),
                     "lift_ci_low": _round(measured[lever].ci_low, 6),
                     "lift_ci_high": _round(measured[lever].ci_high, 6),
-                    "lift_true": true.get(lever)} for lever in ("all", "sbm", "rma")}
+                    "lift_true": true.get(lever)} for lever in levers}
     return {"lift": lift, "lift_counts": controller.estimates.counts(),
             "labels_joined": counts["joined"], "labels_late": counts["late"],
             "labels_orphan": counts["orphan"], "labels_duplicate": counts["duplicate"],
             "decisions_pending": len(controller.join),
             "lift_method": "mean value of treated minus holdout requests, each segment "
                            "against its own holdout (post-stratified, Welch within each, "
-                           "95%); sbm: per-segment SNIPS gain times the powerful share; rma: "
-                           "the rest"}
+                           "95%); sbm: per-segment SNIPS gain times the powerful share; "
+                           "precompute: requests that used an answer against those whose "
+                           "answer the answer holdout withheld, per segment, times the share "
+                           "that used one; rma: the rest"}
 
 
 def _lift_notes(summary: dict[str, Any]) -> list[str]:
@@ -98,7 +101,9 @@ def _lift_notes(summary: dict[str, Any]) -> list[str]:
     if not lift:
         return []
     parts = []
-    for lever in ("all", "sbm", "rma"):
+    for lever in ("all", "sbm", "rma", "precompute"):
+        if lever not in lift:
+            continue
         row = lift.get(lever) or {}
         if row.get("lift_measured") is None:
             parts.append(f"{lever}: not measured yet (true {row.get('lift_true')})")

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from schemas.contract import AnswerUse
 from sim.attribution import add_truth, true_lift
 from workers.api import RankResponse
 from workers.client.client import RankingClient
@@ -95,10 +96,12 @@ class Books:
         self._second = Second()
         self._cuts_seen: dict[str, int] = {}
 
-    def truth(self, segment: str, powerful: bool, gain: float, weight: float) -> None:
+    def truth(self, segment: str, powerful: bool, gain: float, weight: float,
+              answer: AnswerUse | None = None) -> None:
         """A treated request's true gain, ``weight`` the inverse of the logged chance of the
-        model that served it (a holdout request is only counted, in ``holdout_requests``)."""
-        add_truth(self._truth, segment, powerful, gain, weight)
+        model that served it (a holdout request is only counted, in ``holdout_requests``);
+        ``answer``: what became of the precompute answer it held (None: none)."""
+        add_truth(self._truth, segment, powerful, gain, weight, answer)
 
     def served(self, offset: float, latency_ms: float, resp: RankResponse, extra_sent: int,
                extra_scored: int, fell_back: str | None, segment: str, value: float,

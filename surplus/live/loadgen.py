@@ -266,7 +266,7 @@ class LoadGenerator:
             d = result.decision
             p = logged_propensity(d.model, d.propensity, resp.model)
             self.books.truth(seg.name, resp.model == "powerful",
-                             gain_sbm + gain_rma + gain_pre, 1.0 / p)
+                             gain_sbm + gain_rma + gain_pre, 1.0 / p, result.answer)
         self.books.served(offset, result.latency_ms, resp, result.decision.extra, extra_scored,
                           result.fell_back, seg.name, observed, gain_rma, gain_sbm, fate,
                           gain_precompute=gain_pre, precompute_saved=saved)
@@ -356,7 +356,8 @@ def client_config(scenario: Scenario, region: RegionConfig, baseline_urls: list[
         default_deadline_ms=region.deadline_ms, baseline_timeout_ms=region.timeout_ms,
         powerful_deadline_share=part.powerful_deadline_share, rma_burst_s=part.rma_burst_s,
         seed=scenario.seed, limits=part.limits, router=part.router, shed=part.shed,
-        holdout_fraction=part.holdout_fraction, precompute=scenario.precompute.enabled)
+        holdout_fraction=part.holdout_fraction, precompute=scenario.precompute.enabled,
+        answer_holdout_fraction=part.answer_holdout_fraction)
 
 
 async def run_loadgen(scenario: Scenario, region: RegionConfig, base_dir: Path, *,

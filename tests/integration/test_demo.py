@@ -134,6 +134,9 @@ def test_short_demo_reports_clean_baseline_and_leaves_nothing_behind(
     assert load["client"]["precompute"]["answers"].get("received", 0) > 0, load["client"]
     assert load["precompute"]["hits"] > 0
     assert load["incremental_value_by_lever"]["precompute"] > 0
+    # Their decision records said so, and the control plane measured the lever's own lift.
+    assert "answers_withheld" in load["client"]["precompute"]
+    assert "precompute" in summary["lift"], summary["lift"]
     # Across the storm every job was answered, skipped as expired or is still open: none lost.
     audit = summary["precompute_audit"]
     assert audit["checked"] and audit["jobs_answered"] > 0 and audit["jobs_lost"] == 0, audit

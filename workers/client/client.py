@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from schemas.clock import wall_ms
-from schemas.contract import ControlTargets, OutcomeLabel, ReplicaAnnouncement
+from schemas.contract import AnswerUse, ControlTargets, OutcomeLabel, ReplicaAnnouncement
 from schemas.kafka_config import KafkaSettings
 from schemas.signing import REFUSALS, Keyring, KeySource
 from workers.api import Candidate, RankRequest, RankResponse
@@ -132,7 +132,8 @@ class RankingClient:
             self.precompute = PrecomputeSide(self.config.scope, self.kafka,
                                              self._records.producer, self._clock,
                                              self._records.dead_letter,
-                                             self.config.holdout_fraction)
+                                             self.config.holdout_fraction,
+                                             self.config.answer_holdout_fraction)
             self.precompute.start()
         await side.follow(self.apply_targets,
                           None if self.membership is None else self.apply_membership)
@@ -256,14 +257,18 @@ class RankingClient:
             decider.router.observe(request.segment, response.model, value)
         else:
             self._served.remember(request.request_id, request.segment, response.model)
-        self._publish(request, response, decision, fell_back, value, offered)
+        answer = (None if self.precompute is None
+                  else self.precompute.take(request.request_id))
+        self._publish(request, response, decision, fell_back, value, offered, answer)
         return RankResult(response=response, decision=decision, fell_back=fell_back,
-                          value=value, latency_ms=(time.perf_counter() - started) * 1000.0)
+                          value=value, latency_ms=(time.perf_counter() - started) * 1000.0,
+                          answer=answer)
 
     # ---- Kafka output ------------------------------------------------------------------------
 
     def _publish(self, request: RankRequest, response: RankResponse, decision: Decision,
-                 fell_back: str | None, value: float | None, offered: int) -> None:
+                 fell_back: str | None, value: float | None, offered: int,
+                 answer: AnswerUse | None) -> None:
         """Queue the request's decision record (`decision_log`), if it is sampled."""
         if self._records is None or not self.config.publish_outcomes:
             return
@@ -274,7 +279,7 @@ class RankingClient:
             return
         self._records.decision(decision_record(self.config, request, response, decision,
                                                fell_back, value, offered, inclusion,
-                                               self._clock()))
+                                               self._clock(), answer))
 
     def flush_decisions(self) -> None:
         """Send the decision records queued so far as one outcomes message, and the labels

@@ -73,6 +73,10 @@ class ClientConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     #: Share of requests (by request-id hash) in the randomized holdout: no optional work, so
     #: the control plane can measure the lift of the rest against them.
     holdout_fraction: Annotated[float, Meta(ge=0.0, le=0.5)] = 0.01
+    #: Share of the requests holding a fresh precompute answer (by request-id hash) that are
+    #: ranked live without it, so the control plane can measure what answers pay against them
+    #: (`workers.policy.holdout.withholds_answer`); what it costs is that share of the hits.
+    answer_holdout_fraction: Annotated[float, Meta(ge=0.0, le=0.5)] = 0.05
     #: A replica that refused a connection or dropped one mid-request, or a powerful one that
     #: did not answer within the powerful wait (frozen, swamped), is skipped this long (while
     #: another replica of its pool is left).

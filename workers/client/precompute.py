@@ -12,20 +12,24 @@ saved) is the service's to count; the load generator counts both (`surplus.live`
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from schemas.codec import codec_for, encode
-from schemas.contract import ModelKind
+from schemas.contract import AnswerUse, ModelKind
 from schemas.kafka_clients import Message, Producer
 from schemas.kafka_config import KafkaSettings
 from schemas.precompute import PrecomputeJob, PrecomputeResult
 from workers.api import MAX_DEADLINE_MS, Candidate, RankRequest
 from workers.client.feed import CompactedFeed, DeadLetterSink
 from workers.client.kafka_side import on_loop
-from workers.policy.holdout import in_holdout
+from workers.policy.holdout import in_holdout, withholds_answer
 from workers.policy.precomputed import Answers, JobWindow
 from workers.wire import FeatureValue, encode_rank_request
+
+#: Requests whose answer's fate is held for their decision record (`PrecomputeSide.take`).
+USES_HELD = 65_536
 
 
 class CacheFeed(CompactedFeed):
@@ -62,13 +66,20 @@ class PrecomputeSide:
     :param clock: wall-clock milliseconds.
     :param dead_letter: where an answer that does not decode goes.
     :param holdout_fraction: the client's holdout (`ClientConfig.holdout_fraction`).
+    :param answer_holdout_fraction: the share of requests holding an answer that are ranked
+        without it (`ClientConfig.answer_holdout_fraction`).
     """
 
     def __init__(self, scope: str, kafka: KafkaSettings, producer: Producer,
                  clock: Callable[[], int], dead_letter: DeadLetterSink | None = None,
-                 holdout_fraction: float = 0.0) -> None:
+                 holdout_fraction: float = 0.0, answer_holdout_fraction: float = 0.0) -> None:
         self.scope = scope
         self.holdout_fraction = holdout_fraction
+        self.answer_holdout_fraction = answer_holdout_fraction
+        #: What became of each request's answer, until its decision record takes it
+        #: (`take`); the oldest are dropped past ``USES_HELD``.
+        self._uses: OrderedDict[str, AnswerUse] = OrderedDict()
+        self.withheld = 0
         self.kafka = kafka
         self.producer = producer
         self.clock = clock
@@ -108,10 +119,31 @@ class PrecomputeSide:
     def answer(self, job_key: str, request_id: str | None = None) -> PrecomputeResult | None:
         """The answer a request of ``job_key`` may use now (counted as a hit or a miss);
         none for a request in the holdout (by ``request_id``, as `RankingClient.rank`
-        decides it), which gets no optional work of any kind, so its lift stays measurable."""
+        decides it), which gets no optional work of any kind, so its lift stays measurable.
+
+        A fresh answer returned is taken as used by request ``request_id``; one the answer
+        holdout withholds is not returned, and the request is ranked live as if there were
+        none. Either way its decision record says so (`take`), which is what the control plane
+        measures the lever's lift by."""
         if request_id is not None and in_holdout(request_id, self.holdout_fraction):
             return None
-        return self.answers.fresh(job_key, self.clock())
+        found = self.answers.fresh(job_key, self.clock())
+        if found is None or request_id is None:
+            return found
+        use: AnswerUse = ("withheld" if withholds_answer(request_id,
+                                                         self.answer_holdout_fraction)
+                          else "used")
+        if use == "withheld" and self._uses.get(request_id) != "withheld":
+            self.withheld += 1
+        self._uses[request_id] = use
+        self._uses.move_to_end(request_id)
+        while len(self._uses) > USES_HELD:
+            self._uses.popitem(last=False)
+        return found if use == "used" else None
+
+    def take(self, request_id: str) -> AnswerUse | None:
+        """What became of the answer request ``request_id`` held (None: it held none)."""
+        return self._uses.pop(request_id, None)
 
     def ask(self, job_key: str, *, segment: str, model: ModelKind,
             candidates: Sequence[Candidate], dense: Sequence[float] = (),
@@ -145,5 +177,5 @@ class PrecomputeSide:
                 "answer_rate": {m: round(w.answer_rate, 3) for m, w in sorted(
                     self.windows.items())},
                 "answers_held": len(self.answers), "answers": dict(sorted(
-                    self.answers.counts.items())),
+                    self.answers.counts.items())), "answers_withheld": self.withheld,
                 "feed": {} if feed is None else dict(sorted(feed.counters.items()))}

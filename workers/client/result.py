@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from schemas.contract import AnswerUse
 from workers.api import RankRequest, RankResponse
 from workers.client.decision import Decision
 
@@ -45,3 +46,6 @@ class RankResult(msgspec.Struct, frozen=True):
     fell_back: str | None
     value: float | None
     latency_ms: float
+    answer: AnswerUse | None = None
+    """What became of the precompute answer the request held (`PrecomputeSide.answer`):
+    ``used``, ``withheld`` by the answer holdout, or None: it held none."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from msgspec import UNSET
 
-from schemas.contract import SAMPLED_VERSION, SUPPLY_VERSION
+from schemas.contract import ANSWER_VERSION, SAMPLED_VERSION, SUPPLY_VERSION
 from workers.client.config import ClientConfig
 from workers.client.decision import Decision
 from workers.client.decision_log import decision_record, label_logged
@@ -54,3 +54,16 @@ def test_a_label_is_logged_only_with_its_decision() -> None:
     assert [r for r in ids if label_logged(config, r)] == [
         r for r in ids if decision_inclusion(r, 0.1, in_holdout(r, 0.05)) is not None]
     assert any(in_holdout(r, 0.05) and decision_inclusion(r, 0.1, False) is None for r in ids)
+
+
+def test_a_record_says_what_became_of_the_answer_its_request_held() -> None:
+    response: Any = SimpleNamespace(model="baseline", optional_scored=0)
+    used = decision_record(_config(), REQUEST, response, POWERFUL, None, None, 0, 1.0, 7,
+                           "used")
+    withheld = decision_record(_config(0.1), REQUEST, response, POWERFUL, None, None, 4, 0.1,
+                               7, "withheld")
+    assert (used.v, used.answer) == (ANSWER_VERSION, "used")
+    assert (withheld.v, withheld.answer, withheld.inclusion) == (ANSWER_VERSION, "withheld",
+                                                                 0.1)
+    none = decision_record(_config(), REQUEST, response, POWERFUL, None, None, 4, 1.0, 7)
+    assert none.answer is UNSET and none.v == SUPPLY_VERSION

@@ -43,7 +43,7 @@ def _publish(client: RankingClient, rid: str, holdout: bool = False) -> None:
     request: Any = SimpleNamespace(request_id=rid, segment="s")
     response: Any = SimpleNamespace(model="baseline", optional_scored=2)
     decision = Decision("baseline", False, 2, "ok", 1.0, holdout)
-    client._publish(request, response, decision, None, None, 5)
+    client._publish(request, response, decision, None, None, 5, None)
 
 
 @pytest.mark.parametrize("bad", [0.0, -0.1, 1.5])

@@ -267,7 +267,7 @@ def test_the_true_split_counts_what_routing_changed() -> None:
     assert lift["all"] == pytest.approx(1.8 / 4)
     assert lift["sbm"] == pytest.approx(2 * 0.7 / 4)
     assert lift["rma"] == pytest.approx((1.8 - 1.4) / 4)
-    assert true_lift({}) == {"all": None, "sbm": None, "rma": None}
+    assert true_lift({}) == {"all": None, "sbm": None, "rma": None, "precompute": None}
 
 
 def test_the_true_split_weighs_the_arms_as_the_logged_propensities_do() -> None:

@@ -17,7 +17,7 @@ def test_the_summary_sets_measured_lift_beside_the_true_lift(tmp_path: Path) -> 
     got = measured_lift(tmp_path, "eu1", tmp_path / EVENT_LOG, {"lift_true": true})
     assert got["labels_joined"] == summary["labels"]["eu1"]["labels_joined"] > 0
     assert {"labels_late", "labels_orphan"} <= set(got)
-    for lever in ("all", "sbm", "rma"):
+    for lever in ("all", "sbm", "rma", "precompute"):   # the demo turns precompute on
         row = got["lift"][lever]
         assert set(row) == {"lift_measured", "lift_ci_low", "lift_ci_high", "lift_true"}
         assert row["lift_true"] == true[lever]

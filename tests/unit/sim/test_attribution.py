@@ -36,7 +36,8 @@ def test_only_joined_labels_with_a_truth_count() -> None:
     attribution = Attribution(0)
     attribution.joined(_label("x", Truth(True, 0.5, 2.0)))
     attribution.joined(_label("y"))   # a holdout request's, or a second copy
-    assert attribution.truth == {"eu1": {"a": [0.0, 0.0, 1.0, 0.5, 0.0, 0.0, 2.0, 1.0]}}
+    assert attribution.truth == {"eu1": {"a": [0.0, 0.0, 1.0, 0.5, 0.0, 0.0, 2.0, 1.0]
+                                         + [0.0] * 4}}
 
 
 def test_the_true_lift_splits_into_what_routing_added_and_the_rest() -> None:
@@ -47,7 +48,7 @@ def test_the_true_lift_splits_into_what_routing_added_and_the_rest() -> None:
     assert lift["all"] == pytest.approx(0.25)
     assert lift["sbm"] == pytest.approx(0.15)   # one powerful request of two, 0.3 over baseline
     assert lift["rma"] == pytest.approx(0.10)
-    assert true_lift({}) == {"all": None, "sbm": None, "rma": None}
+    assert true_lift({}) == {"all": None, "sbm": None, "rma": None, "precompute": None}
 
 
 def test_segment_orders_match_when_ranked_alike_ties_in_the_truth_either_way() -> None:
@@ -59,3 +60,13 @@ def test_segment_orders_match_when_ranked_alike_ties_in_the_truth_either_way() -
 def test_box_muller_gives_a_standard_normal() -> None:
     assert normal_from(math.exp(-0.5), 0.0) == pytest.approx(1.0)
     assert normal_from(0.0, 0.0) < 40.0   # a zero draw is clamped, not an error
+
+
+def test_the_true_precompute_lift_is_used_against_withheld_answers_per_segment() -> None:
+    truth: dict[str, list[float]] = {}
+    add_truth(truth, "a", False, 0.1, 1.0)                # no answer: extras only
+    add_truth(truth, "a", False, 0.9, 1.0, "used")        # the answer's worth
+    add_truth(truth, "a", False, 0.3, 1.0, "withheld")    # ranked live instead
+    lift = true_lift(truth)
+    assert lift["precompute"] == pytest.approx((0.9 - 0.3) / 3)
+    assert lift["rma"] == pytest.approx((0.1 + 0.9 + 0.3) / 3 - (0.9 - 0.3) / 3)
