@@ -5,10 +5,10 @@ summary holds, per region and lever, the control plane's measured lift against t
 and the true lift of the same requests (``lift``), and when the targets' segment order last
 settled on the true gain order (``segment_order``). This counts, per lever, the seeds whose
 interval holds the truth (the precompute lever's too, where the scenario turns it on:
-``precompute_runs`` says in how many), and lists the labels joined by the time the order settled. It also
-prints the calibration of the ``all`` interval: over the seeds, the standard deviation of
-(measured - true) / (the interval's standard error), which is about 1 when the interval's
-width is right and above 1 when the estimate varies more than the interval says.
+``precompute_runs`` says in how many), and lists the labels joined by the time the order
+settled. It also prints the calibration of the ``all`` interval: over the seeds, the standard
+deviation of (measured - true) / (the interval's standard error), which is about 1 when the
+interval's width is right and above 1 when the estimate varies more than the interval says.
 
     python -m bench.lift_coverage SCENARIO [DURATION_S] [SEEDS] [SAMPLE]   # one JSON line
 

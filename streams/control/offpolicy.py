@@ -312,7 +312,8 @@ class GainEstimator:
             all = post-stratified treated - holdout          (`_all_lift`)
             sbm = Σ_s (n_powerful,s / n_T) gain_s
             precompute = share of answers used · (used - withheld)   (`answer_lift`; only
-                         where visits held answers, with ``precompute_per_hit``)
+                         where visits held answers, with ``precompute_per_hit``; until
+                         it is measured there, ``rma`` is not either)
             rma = all - sbm - precompute,   rma_per_extra = rma / mean extras sent
 
         Each needs ``min_labels`` treated rounds (and holdout ones for ``all`` and ``rma``);
@@ -345,16 +346,19 @@ class GainEstimator:
                 sbm_var += sbm_share_var(counted, sbm_mean, t)
             out["sbm"] = estimate(sbm_mean, sbm_var, z)
             pre_mean = pre_var = 0.0
+            separable = True    # RMA's share can be told apart from the others'
             if self._answers.seen:
                 out["precompute_per_hit"], pre = self._answers.lift(t, k, z)
                 out["precompute"] = pre
                 if pre.measured is not None and pre.std is not None:
                     pre_mean, pre_var = pre.measured, pre.std ** 2
+                else:   # answers pay some of the lift, and how much is not measured yet
+                    separable = False
             if h.n >= k:
                 total_mean, total_var = self._all_lift()
                 out["all"] = estimate(total_mean, total_var, z)
-                rma = estimate(total_mean - sbm_mean - pre_mean,
-                               total_var + sbm_var + pre_var, z)
+                rma = (estimate(total_mean - sbm_mean - pre_mean, total_var + sbm_var + pre_var,
+                                z) if separable else Estimate())
                 out["rma"] = rma
                 extra = self._treated_extra / t.w
                 if extra > 0 and rma.measured is not None and rma.std is not None:

@@ -98,3 +98,13 @@ def test_the_answer_holdout_draws_apart_from_the_request_holdout() -> None:
     both = sum(w and h for w, h in zip(withheld, held_out, strict=True))
     assert both / len(ids) == pytest.approx(0.01, abs=0.004)   # independent draws
     assert not any(withholds_answer(r, 0.0) for r in ids[:100])
+
+
+def test_rma_is_not_measured_while_the_answers_share_is_not() -> None:
+    est = GainEstimator(SbmConfig(), LabelsConfig(min_labels=20))
+    for i in range(400):   # answers used, none withheld yet: what they pay is unknown
+        est.observe(_record(i, "a", 1.0 + 0.1 * (i % 3), holdout=i % 8 == 0,
+                            answer=None if i % 8 == 0 else "used"))
+    lift = est.lift()
+    assert lift["all"].measured is not None and lift["precompute"].measured is None
+    assert lift["rma"].measured is None and lift["rma_per_extra"].measured is None
