@@ -7,27 +7,25 @@ decoded value is already known to be in range; policies still clamp to their *lo
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-SCHEMA_VERSION = 2
-#: Versions a reader accepts. Each version after 2 added fields or types that only the messages
-#: using them are written with, so an older reader refuses just those by version and reads the
-#: rest; readers upgrade first, then writers. What each version added, and the upgrade order
-#: it asks for, is written once, in DESIGN.md (Data flow: "Every value carries a schema
-#: version"), and at each field below.
-READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
-OPERATOR_VERSION = 3
-DECISION_VERSION = 4
-POWERFUL_EXTRA_VERSION = 5
-SUPPLY_VERSION = 6
-REPLICA_GRANT_VERSION = 7
-SIGNED_VERSION = 8
-SAMPLED_VERSION = 9
-ROOM_VERSION = 10
-ANSWER_VERSION = 12
+from schemas.reasons import LIMIT_REASONS, SHED_REASONS, LimitReason, ShedReason
+from schemas.versions import (  # the contract's versions, kept with their rules
+    ANSWER_VERSION,
+    DECISION_VERSION,
+    OPERATOR_VERSION,
+    POWERFUL_EXTRA_VERSION,
+    READABLE_VERSIONS,
+    REPLICA_GRANT_VERSION,
+    ROOM_VERSION,
+    SAMPLED_VERSION,
+    SCHEMA_VERSION,
+    SIGNED_VERSION,
+    SUPPLY_VERSION,
+)
 
 NonNegInt = Annotated[int, Meta(ge=0)]
 NonNegFloat = Annotated[float, Meta(ge=0.0)]
@@ -40,20 +38,6 @@ ModelKind = Literal["baseline", "powerful"]
 AnswerUse = Literal["used", "withheld"]
 #: A member of the replicas topic: routable (``serving``) or leaving (``draining``).
 ReplicaState = Literal["serving", "draining"]
-#: Why a unit of optional work was not done. One spelling for the worker's counters, its
-#: Prometheus labels, WindowReports, simulator summaries and the event log. On the wire the key
-#: stays a plain name, so a reader older than a new reason still accepts the report.
-ShedReason = Literal[
-    "overload",        # the predicted queue wait passed the bound; lowest value first
-    "deadline",        # its deadline passed while it waited
-    "preemption",      # the replica is being reclaimed
-    "budget",          # the fleet's optional-work budget is spent for now
-    "stale_targets",   # no trusted, fresh targets: baseline only (fail safe)
-    "over_target",     # more extra candidates than the targets allow
-    "model_failure",   # the model raised on its batch
-    "shutdown",        # the worker is stopping
-]
-SHED_REASONS: tuple[ShedReason, ...] = get_args(ShedReason)
 #: A keyring entry's name (`schemas.signing`): a file name in a key directory, so no slash.
 KeyId = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")]
 #: A hex HMAC-SHA256 (64 characters; the bound leaves room as targets' always had).
@@ -236,12 +220,6 @@ class PreemptionNotice(Event, frozen=True, kw_only=True):
         _check_signed(self)
 
 
-#: What keeps a lever from doing more optional work (v2): the latency SLA, the extra-work
-#: budget, the lent capacity, a configured maximum, too little traffic worth it, a
-#: preemption, too few samples to act on (hold), or an operator's cap.
-LimitReason = Literal["sla", "budget", "capacity", "max", "demand", "preemption", "hold",
-                      "operator"]
-LIMIT_REASONS: tuple[LimitReason, ...] = get_args(LimitReason)
 
 
 class RmaTarget(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True,

@@ -20,8 +20,8 @@ from schemas.contract import (
     NonNegInt,
     TimestampMs,
 )
+from schemas.versions import PRECOMPUTE_VERSION
 
-PRECOMPUTE_VERSION = 11
 #: A job's body, at most (msgpack columns; about 24 bytes a candidate with three sparse ids).
 MAX_JOB_BODY_BYTES = 512 * 1024
 #: The best candidates an answer keeps: what a ranking shows, not every score.
