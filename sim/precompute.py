@@ -34,7 +34,7 @@ import numpy as np
 from schemas.contract import AnswerUse, ModelKind
 from schemas.precompute import PrecomputeResult
 from sim.scenario import PrecomputePlant, RegionConfig
-from workers.policy.holdout import in_holdout, withholds_answer
+from workers.policy.holdout import answer_use, in_holdout
 from workers.policy.precompute import OffsetLedger, Pace, PrecomputeConfig, may_precompute
 from workers.policy.precomputed import Answers, JobPlanner, JobWindow
 
@@ -115,10 +115,11 @@ class RegionPrecompute:
             best = worth if best is None else max(best, worth)
         if best is None:
             return None, None
-        if withholds_answer(request_id, self.answer_holdout_fraction):
+        use = answer_use(request_id, self.answer_holdout_fraction)
+        if use == "withheld":
             self.withheld += 1
-            return None, "withheld"
-        return best, "used"
+            return None, use
+        return best, use
 
     def ask(self, now: int) -> None:
         """The jobs each model's planner wants now, as many as its window has room for."""

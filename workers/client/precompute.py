@@ -24,7 +24,7 @@ from schemas.precompute import PrecomputeJob, PrecomputeResult
 from workers.api import MAX_DEADLINE_MS, Candidate, RankRequest
 from workers.client.feed import CompactedFeed, DeadLetterSink
 from workers.client.kafka_side import on_loop
-from workers.policy.holdout import in_holdout, withholds_answer
+from workers.policy.holdout import answer_use, in_holdout
 from workers.policy.precomputed import Answers, JobWindow
 from workers.wire import FeatureValue, encode_rank_request
 
@@ -130,9 +130,7 @@ class PrecomputeSide:
         found = self.answers.fresh(job_key, self.clock())
         if found is None or request_id is None:
             return found
-        use: AnswerUse = ("withheld" if withholds_answer(request_id,
-                                                         self.answer_holdout_fraction)
-                          else "used")
+        use = answer_use(request_id, self.answer_holdout_fraction)
         if use == "withheld" and self._uses.get(request_id) != "withheld":
             self.withheld += 1
         self._uses[request_id] = use

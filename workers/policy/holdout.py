@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from hashlib import blake2b
 
+from schemas.contract import AnswerUse
+
 _SCALE = float(1 << 64)
 
 
@@ -35,3 +37,10 @@ def withholds_answer(request_id: str, fraction: float) -> bool:
     """True for the ``fraction`` of request ids ranked live though they hold a fresh
     precompute answer: the precompute lever's control group."""
     return fraction > 0.0 and holdout_fraction_of(_ANSWER_SALT + request_id) < fraction
+
+
+def answer_use(request_id: str, fraction: float) -> AnswerUse:
+    """What a request holding a fresh precompute answer does with it: ``withheld`` for the
+    answer holdout's ``fraction`` (ranked live instead), else ``used``. One rule for the
+    client (`PrecomputeSide.answer`) and the simulator (`RegionPrecompute.visit`)."""
+    return "withheld" if withholds_answer(request_id, fraction) else "used"
