@@ -165,13 +165,25 @@ class SbmPolicy:
         elif request_rps <= 0:
             why = "demand"
         elif self.coverage >= 1.0:
-            why = "demand"                        # every request is covered
+            why = self._extras_limit(rma_extra, over_sla=bool(judged)
+                                     and max(judged) > cfg.sla_p99_ms)
         elif self.coverage >= cfg.max_coverage:
             why = "max"
         elif wanted > cap and ceiling is None:
             why = bound
         self.limited_by = why
         return self.coverage
+
+    def _extras_limit(self, rma_extra: int, *, over_sla: bool) -> LimitReason:
+        """Why a lever that covers every request does no more: a covered request's extras
+        are SBM's work too, so where they are held under RMA's target (what a request may
+        carry) the powerful replicas, not the traffic, bind: ``sla`` in a period over it,
+        else ``capacity`` (their room). Only with the extras unheld is it ``demand``: read as
+        demand alone, the live demo's SBM said so in half its periods while its cap trimmed
+        every covered request's extras."""
+        if self.extra_cap is None or self.extra_cap >= rma_extra:
+            return "demand"                       # every request is covered, all it carries
+        return "sla" if over_sla else "capacity"
 
     def _over_sla(self, rma_extra: int) -> float:
         """The powerful pools are over their SLA: shed load, the extra candidates their requests

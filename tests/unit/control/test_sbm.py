@@ -296,6 +296,21 @@ def test_coverage_of_every_request_is_limited_by_demand_a_lower_maximum_by_max()
     assert (half.coverage, half.limited_by) == (0.5, "max")
 
 
+def test_every_request_covered_with_its_extras_held_is_limited_by_the_replicas() -> None:
+    # coverage is full, but a covered request keeps only 40 of the 100 extras RMA allows:
+    # the powerful replicas bind, not the traffic; a period over the SLA says so
+    config = msgspec.structs.replace(CONFIG, max_coverage=1.0)
+    held = SbmPolicy(config, SbmState(coverage=1.0, extra_cap=40))
+    held.step([powerful(10_000.0, p99_ms=50.0)], 1000.0, 100.0, 25.0, rma_extra=100)
+    assert (held.coverage, held.limited_by) == (1.0, "capacity")
+    over = SbmPolicy(config, SbmState(coverage=1.0, extra_cap=40))
+    over.step([powerful(10_000.0, p99_ms=400.0)], 1000.0, 100.0, 25.0, rma_extra=100)
+    assert (over.coverage, over.limited_by) == (1.0, "sla") and over.extra_cap == 20
+    unheld = SbmPolicy(config, SbmState(coverage=1.0, extra_cap=40))
+    unheld.step([powerful(10_000.0, p99_ms=50.0)], 1000.0, 100.0, 25.0, rma_extra=30)
+    assert (unheld.coverage, unheld.limited_by) == (1.0, "demand")
+
+
 def test_extras_the_powerful_replicas_trim_hold_the_cap_to_what_they_kept() -> None:
     # 10 requests/s carried 40 extras each; the replicas shed 300 units/s for overload (30 a
     # request): the room in units/s says more, but one request's queue bound fits 10
