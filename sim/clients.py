@@ -50,11 +50,6 @@ class SimClient(Protocol):
         client-side shedding reacts to within a request."""
         ...
 
-    def settle(self, model: Model, extra: int, optional_shed: int, now: int) -> None:
-        """What a sent request's extras turned into: the units a worker shed go back to the
-        client's budget, so a trimmed request does not spend budget it did not use."""
-        ...
-
     def learn(self, segment: str, model: str, value: float) -> None:
         """A joined label's value, for the router's per-segment gain (explore/exploit)."""
         ...
@@ -89,9 +84,6 @@ class SurplusClient:
     def observe(self, state: ServerState | None, now: int, error: str | None = None,
                 model: Model = "baseline") -> None:
         self.decider.observe(state, now, error=error, model=model)
-
-    def settle(self, model: Model, extra: int, optional_shed: int, now: int) -> None:
-        self.decider.settle(model, extra, optional_shed, now)
 
     def learn(self, segment: str, model: str, value: float) -> None:
         self.decider.router.observe(segment, model, value)  # type: ignore[arg-type]
@@ -140,9 +132,6 @@ class NaiveClient:
                 model: Model = "baseline") -> None:
         if error is not None:
             self._bump("errors", error)
-
-    def settle(self, model: Model, extra: int, optional_shed: int, now: int) -> None:
-        return None  # no budget to refund
 
     def learn(self, segment: str, model: str, value: float) -> None:
         return None

@@ -253,8 +253,6 @@ class RequestPath:
         else:
             latency = req.finished_ms - req.at_worker_ms
             done = req.opt_units if req.opt_done else 0
-            if not req.fell_back:   # the response tells the client what was shed
-                state.client.settle("baseline", req.extra, req.extra - done, end)
             rma = rc.rma_value(done)
             self.metrics.ranking_done(rc.name, latency, e2e, rc.timeout_ms, done, rma)
             model = "baseline"

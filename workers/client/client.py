@@ -247,7 +247,6 @@ class RankingClient:
         the extra candidates the caller had)."""
         decider = self.decider
         decider.bump("served", response.model)
-        decider.settle(decision.model, decision.extra, response.optional_shed, self._clock())
         if response.optional_shed:
             decider.bump("server_shed", response.shed_reason or "unspecified",
                          response.optional_shed)

@@ -125,15 +125,6 @@ class Decider:
         """A replica of pool `model` answered (or did not): feed that pool's allowance."""
         self.shedders[model].observe(state, now_ms, error=error)
 
-    def settle(self, model: Model, extra: int, optional_shed: int, now_ms: int) -> None:
-        """A replica answered a request decided for pool ``model`` with ``extra`` extra
-        candidates, shedding ``optional_shed`` of them. On the ranking pool they were paid
-        from the RMA budget, so they are refunded; extras on the powerful pool never were."""
-        refund = min(max(optional_shed, 0), extra) if model == "baseline" else 0
-        if refund:
-            self.budget.refund(refund, now_ms)
-            self.bump("rma_granted", "refunded", refund)
-
     def shed_counters(self) -> dict[str, dict[str, int]]:
         """Each pool's client-side cuts by reason (pools that never cut are left out)."""
         return {model: dict(sorted(s.counters.items()))

@@ -214,9 +214,3 @@ class BudgetBucket:
         self._tokens -= granted
         return granted
 
-    def refund(self, units: int, now_ms: int) -> None:
-        """Give back tokens for granted units the replica did not score (it shed them): the
-        budget pays for work done, so a replica that trims a request's extras to what fits
-        leaves the rest of the budget to the next requests. Never past the burst."""
-        if units > 0:
-            self._tokens = min(self.burst, self.available(now_ms) + units)

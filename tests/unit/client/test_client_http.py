@@ -194,6 +194,22 @@ async def test_worker_load_signals_and_server_sheds_reach_the_counters(pools: Po
     assert summary["allowance"]["powerful"] == pytest.approx(0.2, abs=0.01)
 
 
+async def test_extras_a_ranking_replica_trimmed_still_spent_the_rma_budget(pools: Pools) -> None:
+    # The budget meters extras sent: giving back what a busy replica trimmed would send them
+    # again at once, into the same busy moment (see docs/client.md).
+    baseline, _, base_url, power_url = pools
+    baseline.shed_optional = True
+    async with _client(base_url, power_url, rma_burst_s=1.0) as client:
+        client.apply_targets(targets(epoch=2, coverage=0.0, extra=4, budget=4.0,
+                                     issued_at_ms=client._clock()))
+        await asyncio.sleep(1.1)                     # the bucket fills to its burst: 4 units
+        first = await _rank(client)
+        assert (first.decision.extra, first.response.optional_shed) == (4, 4)
+        second = await _rank(client)
+    assert second.decision.extra < 4                 # refilled at 4/s only, nothing given back
+    assert "refunded" not in client.decider.counters["rma_granted"]
+
+
 async def test_requests_travel_as_msgpack_by_default_and_as_json_when_configured(
         pools: Pools) -> None:
     _, powerful, base_url, power_url = pools

@@ -49,28 +49,6 @@ def test_budget_caps_extras_and_the_cut_is_counted() -> None:
     assert decider.counters["rma_shed"]["budget"] == 11 * 64 - 100   # incl. the empty start
 
 
-def test_extras_a_ranking_replica_shed_are_refunded_to_the_next_requests() -> None:
-    decider = _decider(powerful=False, rma_burst_s=1.0)
-    decider.offer(targets(extra=64, budget=128.0), T0)     # two requests' worth a second
-    decider.decide("s", 500, T0)
-    first = decider.decide("s", 500, T0 + 1_000)
-    assert first.extra == 64
-    decider.settle("baseline", first.extra, 40, T0 + 1_001)   # it scored 24 of them
-    assert decider.decide("s", 500, T0 + 1_001).extra == 64    # 64 left, not 24
-    assert decider.decide("s", 500, T0 + 1_001).extra == 40    # the refund
-    assert decider.counters["rma_granted"]["refunded"] == 40
-
-
-def test_extras_on_the_powerful_pool_are_not_refunded_to_the_rma_budget() -> None:
-    decider = _decider(powerful=False, rma_burst_s=1.0)
-    decider.offer(targets(extra=64, budget=64.0), T0)
-    decider.decide("s", 500, T0)
-    assert decider.decide("s", 500, T0 + 1_000).extra == 64
-    decider.settle("powerful", 64, 64, T0 + 1_000)
-    assert decider.decide("s", 500, T0 + 1_000).extra == 0
-    assert "refunded" not in decider.counters["rma_granted"]
-
-
 def test_requests_the_powerful_pool_serves_whole_do_not_spend_the_rma_budget() -> None:
     decider = _decider(rma_burst_s=1.0, router=RouterConfig(explore_rate=0.0))
     decider.offer(targets(extra=64, budget=640.0, coverage=0.5), T0)   # 10 requests' worth

@@ -160,15 +160,6 @@ def test_budget_bucket_grants_burst_then_rate() -> None:
     assert bucket.take(100, T0 + 10_000) == 50  # never more than the burst banked
 
 
-def test_budget_bucket_refund_returns_unscored_units_within_the_burst() -> None:
-    bucket = BudgetBucket(rate_per_s=0.0, burst=50.0)
-    assert bucket.take(50, T0) == 50
-    bucket.refund(30, T0)                     # the replica shed 30 of them
-    assert bucket.take(50, T0) == 30
-    bucket.refund(500, T0)
-    assert bucket.take(500, T0) == 50         # never past the burst
-
-
 def test_budget_bucket_ignores_time_running_backwards() -> None:
     bucket = BudgetBucket(rate_per_s=1000.0, burst=10.0)
     bucket.take(10, T0 + 1_000)

@@ -41,7 +41,6 @@ class Client:
     def __init__(self, model: Model) -> None:
         self.model = model
         self.errors: list[tuple[str, str]] = []
-        self.settled: list[tuple[str, int, int]] = []
 
     def decide(self, segment: str, value: float, available_extra: int, now: int,
                request_id: str | None = None) -> Decision:
@@ -54,9 +53,6 @@ class Client:
                 model: Model = "baseline") -> None:
         if error is not None:
             self.errors.append((model, error))
-
-    def settle(self, model: Model, extra: int, optional_shed: int, now: int) -> None:
-        self.settled.append((model, extra, optional_shed))
 
     def learn(self, segment: str, model: str, value: float) -> None:
         return None
@@ -202,11 +198,10 @@ def test_without_a_powerful_replica_the_client_counts_a_failed_call_and_falls_ba
     assert (region.ranking_served, region.fallbacks, region.abandoned) == (1, 1, 0)
 
 
-def test_a_ranking_request_settles_its_extras_with_the_client(tmp_path: Path) -> None:
+def test_a_ranking_request_is_served_and_its_decision_recorded(tmp_path: Path) -> None:
     fleet = _fleet(tmp_path, 40.0, model="baseline")
     fleet.path.arrivals(fleet.state, 0, 0)
     fleet.run_to(200)
-    assert fleet.client.settled == [("baseline", 0, 0)]
     [outcome] = fleet.outcomes()
     assert (outcome.model, outcome.scope, outcome.request_id) == ("baseline", "eu1", "eu1-0")
     assert fleet.metrics.regions["eu1"].ranking_served == 1
