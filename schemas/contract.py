@@ -12,12 +12,30 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from schemas.base import (
+    AnswerUse,
+    Event,
+    Fraction,
+    KeyId,
+    LatencySketch,
+    ModelKind,
+    Name,
+    NonNegFloat,
+    NonNegInt,
+    ReplicaState,
+    Signature,
+    Tier,
+    TimestampMs,
+)
+from schemas.base import check_signed as _check_signed
 from schemas.reasons import LIMIT_REASONS, SHED_REASONS, LimitReason, ShedReason
+from schemas.telemetry import PoolPartial, WindowPartial, WindowReport
 from schemas.versions import (  # the contract's versions, kept with their rules
     ANSWER_VERSION,
     DECISION_VERSION,
     OPERATOR_VERSION,
     POWERFUL_EXTRA_VERSION,
+    PRECOMPUTE_SHARE_VERSION,
     READABLE_VERSIONS,
     REPLICA_GRANT_VERSION,
     ROOM_VERSION,
@@ -26,137 +44,6 @@ from schemas.versions import (  # the contract's versions, kept with their rules
     SIGNED_VERSION,
     SUPPLY_VERSION,
 )
-
-NonNegInt = Annotated[int, Meta(ge=0)]
-NonNegFloat = Annotated[float, Meta(ge=0.0)]
-Fraction = Annotated[float, Meta(ge=0.0, le=1.0)]
-TimestampMs = Annotated[int, Meta(ge=0, le=2**53)]
-Name = Annotated[str, Meta(min_length=1, max_length=200)]
-Tier = Literal["baseline", "opportunistic"]
-ModelKind = Literal["baseline", "powerful"]
-#: What became of a fresh precompute answer a request held (`RoutingOutcome.answer`).
-AnswerUse = Literal["used", "withheld"]
-#: A member of the replicas topic: routable (``serving``) or leaving (``draining``).
-ReplicaState = Literal["serving", "draining"]
-#: A keyring entry's name (`schemas.signing`): a file name in a key directory, so no slash.
-KeyId = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")]
-#: A hex HMAC-SHA256 (64 characters; the bound leaves room as targets' always had).
-Signature = Annotated[str, Meta(max_length=128)]
-
-
-def _check_signed(event: Event) -> None:
-    """A message carrying a key id is v8 or later: an older reader must refuse it by version
-    rather than read a signature it cannot check (shared by the four signed types)."""
-    if getattr(event, "key_id", UNSET) is not UNSET and event.v < SIGNED_VERSION:
-        raise ValueError(f"`key_id` is a v{SIGNED_VERSION} field: a signed message is written "
-                         f"as v{SIGNED_VERSION}")
-
-
-class Event(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Base of every wire message: `v` is the schema version, checked on decode."""
-
-    v: int = SCHEMA_VERSION
-
-
-class LatencySketch(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Wire form of a DDSketch of latencies in milliseconds (log-spaced bins, relative error).
-
-    `bins[i]` counts values whose bucket key is `offset + i`. Sketches merge exactly when their
-    `relative_accuracy` matches; see `schemas.sketch`.
-    """
-
-    relative_accuracy: Annotated[float, Meta(gt=0.0, lt=1.0)]
-    offset: Annotated[int, Meta(ge=-100_000, le=100_000)]
-    bins: Annotated[list[NonNegInt], Meta(max_length=4096)]
-    zero_count: NonNegInt = 0
-    count: NonNegInt
-    sum: NonNegFloat
-    min: NonNegFloat
-    max: NonNegFloat
-
-
-class WindowReport(Event, frozen=True, kw_only=True):
-    """What one worker saw in one reporting interval (telemetry topic, keyed by pool id)."""
-
-    pool_id: Name
-    worker_id: Name
-    region: Name
-    service: Name
-    model: ModelKind
-    tier: Tier
-    accelerator: Name
-    window_start_ms: TimestampMs
-    window_end_ms: TimestampMs
-    requests: NonNegInt
-    baseline_requests: NonNegInt
-    baseline_rejected: NonNegInt = 0
-    optional_units_done: NonNegInt = 0
-    optional_units_shed: dict[Name, NonNegInt] = {}
-    latency_ms: LatencySketch
-    queue_depth: NonNegInt = 0
-    queue_delay_ms: NonNegFloat = 0.0
-    utilisation: Annotated[float, Meta(ge=0.0, le=10.0)] = 0.0
-    capacity_rps: NonNegFloat = 0.0
-    busy_s: Annotated[float, Meta(ge=0.0, le=86_400.0)] = 0.0
-    """Seconds the replica's model was busy (forward passes) in the window: the measured cost."""
-    units_done: NonNegInt = 0
-    """Units (candidates) scored in the window, baseline and optional: what ``busy_s`` paid for."""
-    optional_requests_done: NonNegInt = 0
-    """Requests with optional work done (RMA extras, or whole SBM requests on ``powerful``)."""
-    extras_room: NonNegInt | UnsetType = UNSET
-    """v10: the most extra candidates one request could have kept at its admission in the
-    window (what fitted under the queue bound then, whatever it asked for; a whole request's
-    beyond its base). A target past it is trimmed on every request. Unset: no request
-    carried extras to measure it on."""
-
-    def __post_init__(self) -> None:
-        if self.extras_room is not UNSET and self.v < ROOM_VERSION:
-            raise ValueError(f"`extras_room` is a v{ROOM_VERSION} field: a report that "
-                             f"carries it is written as v{ROOM_VERSION}")
-
-
-class PoolPartial(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """What one shard's replicas of one pool reported over one control period, summed.
-
-    Everything a latency window holds, in a form that merges by addition (the sketch's bins,
-    the counts, the busy seconds, the utilisation's sum over reports) or by max/min (the room,
-    the span), so the second stage gets the same window from any number of shards."""
-
-    pool_id: Name
-    model: ModelKind
-    tier: Tier
-    accelerator: Name
-    reports: Annotated[int, Meta(ge=1)]
-    requests: NonNegInt
-    baseline_requests: NonNegInt
-    optional_units_done: NonNegInt = 0
-    optional_units_shed: NonNegInt = 0
-    """All reasons together."""
-    overload_shed: NonNegInt = 0
-    utilisation_sum: NonNegFloat = 0.0
-    """The sum of the reports' utilisation (the window's is its mean over every report)."""
-    capacity_rps: NonNegFloat = 0.0
-    """The sum over the shard's replicas of each one's latest reported capacity."""
-    busy_s: NonNegFloat = 0.0
-    units_done: NonNegInt = 0
-    optional_requests_done: NonNegInt = 0
-    extras_room: NonNegInt | None = None
-    first_start_ms: TimestampMs
-    last_end_ms: TimestampMs
-    latency_ms: LatencySketch
-
-
-class WindowPartial(Event, frozen=True, kw_only=True):
-    """One first-stage shard's part of a scope's control period (the control plane's own
-    partials topic, keyed by scope): its pools' sums, or none at all, which still tells the
-    second stage this shard has nothing more for the period (``streams.control.shards``)."""
-
-    region: Name
-    shard: Name
-    """The first stage's input partition: whichever process owns it speaks for it."""
-    period_end_ms: TimestampMs
-    """The control period these reports belong to ends here (a multiple of the period)."""
-    pools: Annotated[list[PoolPartial], Meta(max_length=10_000)] = []
 
 
 class CapacityEvent(Event, frozen=True, kw_only=True):
@@ -254,6 +141,16 @@ class SbmTarget(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True,
     extra_candidates: Annotated[int, Meta(ge=0, le=10_000)] | None = None
 
 
+class PrecomputeTarget(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True,
+                       omit_defaults=True):
+    """The precompute lever (v13): the share of a lent replica's CPU its requests and its
+    precompute slices together may use (``workers.policy.precompute.Pace``), within the
+    replica's own ``precompute.max_share``."""
+
+    share: Fraction
+    limited_by: LimitReason | None = None
+
+
 class ControlTargets(Event, frozen=True, kw_only=True):
     """What the control plane decided for one scope (targets topic, compacted, keyed by scope).
 
@@ -273,9 +170,25 @@ class ControlTargets(Event, frozen=True, kw_only=True):
     key_id: KeyId | UnsetType = UNSET
     """v8: the keyring entry that signed them; unset on unsigned targets and on those signed
     before key ids (checked against every key a receiver holds)."""
+    precompute: PrecomputeTarget | UnsetType = UNSET
+    """v13: the precompute lever's share; unset where no replica of the scope runs it (the
+    replicas pace to their own ``precompute.max_share``)."""
 
     def __post_init__(self) -> None:
         _check_signed(self)
+        if self.precompute is not UNSET and self.v < PRECOMPUTE_SHARE_VERSION:
+            raise ValueError(f"`precompute` is a v{PRECOMPUTE_SHARE_VERSION} field: targets "
+                             f"that carry it are written as v{PRECOMPUTE_SHARE_VERSION}")
+
+    @property
+    def limits(self) -> tuple[tuple[str, LimitReason | None], ...]:
+        """Per lever, what keeps its target from going higher (the precompute lever's only
+        where the targets set it): one reading for metrics, the simulator and the demo."""
+        levers: tuple[tuple[str, LimitReason | None], ...] = (
+            ("rma", self.rma.limited_by), ("sbm", self.sbm.limited_by))
+        if isinstance(self.precompute, PrecomputeTarget):
+            levers += (("precompute", self.precompute.limited_by),)
+        return levers
 
     @property
     def powerful_extra_candidates(self) -> int:
@@ -477,12 +390,14 @@ CONTROL_TYPES: tuple[type[Event], ...] = (
 
 __all__ = [
     "ANSWER_VERSION", "CONTROL_TYPES", "DECISION_VERSION", "LIMIT_REASONS", "OPERATOR_VERSION",
-    "POWERFUL_EXTRA_VERSION", "READABLE_VERSIONS", "REPLICA_GRANT_VERSION", "ROOM_VERSION",
+    "POWERFUL_EXTRA_VERSION", "PRECOMPUTE_SHARE_VERSION", "READABLE_VERSIONS",
+    "REPLICA_GRANT_VERSION", "ROOM_VERSION",
     "SAMPLED_VERSION", "SCHEMA_VERSION", "SHED_REASONS", "SIGNED_VERSION", "SUPPLY_VERSION",
     "AnswerUse", "CapacityEvent", "ControlTargets",
     "DeadLetter", "Event", "KeyId", "LatencySketch", "LiftEstimate", "LiftReport",
     "LimitReason", "ModelKind", "OperatorOverride", "OutcomeLabel", "PoolPartial",
-    "PreemptionNotice", "ReplicaAnnouncement", "ReplicaState", "RmaTarget", "RoutingOutcome",
+    "PrecomputeTarget", "PreemptionNotice", "ReplicaAnnouncement", "ReplicaState", "RmaTarget",
+    "RoutingOutcome",
     "SbmTarget",
     "SegmentPriority", "ShedReason", "Tier", "WindowPartial", "WindowReport", "msgspec",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 SCHEMA_VERSION = 2
 #: Versions a reader accepts.
-READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
+READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13})
 OPERATOR_VERSION = 3
 DECISION_VERSION = 4
 POWERFUL_EXTRA_VERSION = 5
@@ -23,3 +23,4 @@ SAMPLED_VERSION = 9
 ROOM_VERSION = 10
 PRECOMPUTE_VERSION = 11
 ANSWER_VERSION = 12
+PRECOMPUTE_SHARE_VERSION = 13

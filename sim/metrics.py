@@ -63,9 +63,10 @@ class LimitTally:
     def add(self, targets: ControlTargets) -> None:
         if targets.reason != "period":
             return
-        for lever, why in (("rma", targets.rma.limited_by), ("sbm", targets.sbm.limited_by)):
+        for lever, why in targets.limits:
             if why is not None:
-                self.counts[lever][why] = self.counts[lever].get(why, 0) + 1
+                counts = self.counts.setdefault(lever, {})
+                counts[why] = counts.get(why, 0) + 1
 
     def as_dict(self) -> dict[str, dict[str, int]]:
         return {lever: dict(sorted(c.items())) for lever, c in self.counts.items()}

@@ -195,14 +195,18 @@ class IdleJobs:
         self._job: SimJob | None = None
         self._done = 0.0
         self._busy_ms = 0.0
+        #: Milliseconds its slices took since it started (the reports' ``precompute_busy_s``).
+        self.busy_total_ms = 0.0
         self._measured_ms = float(worker.server.clock)
 
     def fill(self, now: float) -> None:
         """Score slices from the server's clock to ``now`` while nothing is queued (called
         by `SimWorker.advance` between its queue and ``now``)."""
         worker, server = self.worker, self.worker.server
-        if not may_precompute(worker.pool.tier, worker.policy.current(int(server.clock))):
+        effective = worker.policy.current(int(server.clock))
+        if not may_precompute(worker.pool.tier, effective):
             return
+        self.pace.allow(effective.precompute_share)
         if worker.admission.preempted or not worker.ready or not self.claim():
             return
         slice_units = max(1.0, server.rate_per_ms * self.chunk_ms)
@@ -215,6 +219,7 @@ class IdleJobs:
             units = min(slice_units, job.units - self._done)
             cost = server.take_idle(units)
             self._busy_ms += cost
+            self.busy_total_ms += cost
             self.pace.after(cost / 1000.0, (start + cost) / 1000.0)
             self._done += units
             t = start + cost

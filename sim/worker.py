@@ -414,7 +414,9 @@ class SimWorker:
             self.idle.measure()
         totals = LoadTotals.of(self.admission.state(now), self.rows_done,
                                self.server.busy_ms / 1000.0, self.replicas,
-                               extras_room=self.admission.take_room())
+                               extras_room=self.admission.take_room(),
+                               precompute_busy_s=None if self.idle is None
+                               else self.idle.busy_total_ms / 1000.0)
         return self._window.close(now, totals)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from schemas.build import register_standard_collectors
-from schemas.contract import LIMIT_REASONS, ControlTargets, OperatorOverride
+from schemas.contract import LIMIT_REASONS, ControlTargets, OperatorOverride, PrecomputeTarget
 from streams.control.controller import ScopeController
 
 
@@ -82,6 +82,10 @@ class Metrics:
         self.limited_targets = Counter("surplus_control_limited_targets_total",
                                        "Targets published, by lever and what limited it",
                                        ["scope", "lever", "reason"], registry=self.registry)
+        self.precompute_share = Gauge(
+            "surplus_control_precompute_share",
+            "The precompute lever's share of a lent replica in the last target (set where "
+            "lent replicas run the lever)", ["scope"], registry=self.registry)
         self.budget = Gauge("surplus_control_rma_budget_units_per_second",
                             "RMA extra-work budget of the last target (units/s)", ["scope"],
                             registry=self.registry)
@@ -166,7 +170,9 @@ class Metrics:
         self.powerful_extra.labels(scope).set(targets.powerful_extra_candidates)
         self.budget.labels(scope).set(targets.rma.budget_units_per_s)
         self.override_active.labels(scope).set(1.0 if targets.reason == "operator" else 0.0)
-        for lever, why in (("rma", targets.rma.limited_by), ("sbm", targets.sbm.limited_by)):
+        if isinstance(targets.precompute, PrecomputeTarget):
+            self.precompute_share.labels(scope).set(targets.precompute.share)
+        for lever, why in targets.limits:
             if why is None:
                 continue
             self.limited_targets.labels(scope, lever, why).inc()

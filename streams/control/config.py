@@ -116,6 +116,17 @@ class SbmConfig(_Config, frozen=True, kw_only=True):
     """Beyond this many outcomes, estimates become moving averages (they can track drift)."""
 
 
+class PrecomputeShareConfig(_Config, frozen=True, kw_only=True):
+    """How the control plane sets the precompute lever's share of a lent replica
+    (``streams.control.precompute_share``)."""
+
+    max_share: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.8
+    """The most the targets allow; each replica's own ``precompute.max_share`` caps it too."""
+    probe_share: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.1
+    """The share while the answers are measured to make rankings worse: enough for the
+    answer holdout to go on measuring them."""
+
+
 def _segments(*pairs: tuple[float, float]) -> tuple[Segment, ...]:
     return tuple(pairs)
 
@@ -203,6 +214,7 @@ class ControlConfig(_Config, frozen=True, kw_only=True):
     """How long a preemption blocks older grants of the same pool that arrive late."""
     rma: RmaConfig = msgspec.field(default_factory=RmaConfig)
     sbm: SbmConfig = msgspec.field(default_factory=SbmConfig)
+    precompute: PrecomputeShareConfig = msgspec.field(default_factory=PrecomputeShareConfig)
     allocator: AllocatorConfig = msgspec.field(default_factory=AllocatorConfig)
     cost: CostConfig = msgspec.field(default_factory=CostConfig)
     labels: LabelsConfig = msgspec.field(default_factory=LabelsConfig)

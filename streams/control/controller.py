@@ -33,12 +33,14 @@ import msgspec
 from schemas.contract import (
     OPERATOR_VERSION,
     POWERFUL_EXTRA_VERSION,
+    PRECOMPUTE_SHARE_VERSION,
     SCHEMA_VERSION,
     CapacityEvent,
     ControlTargets,
     LiftReport,
     OperatorOverride,
     OutcomeLabel,
+    PrecomputeTarget,
     PreemptionNotice,
     RmaTarget,
     RoutingOutcome,
@@ -58,6 +60,7 @@ from streams.control.observed import Observed, observe
 from streams.control.offpolicy import EstimatesState, GainEstimator
 from streams.control.pending import PendingStore
 from streams.control.planner import Planner, UnitRates, demand_units, speeds, unit_rates
+from streams.control.precompute_share import PrecomputeSharePolicy, PrecomputeShareState
 from streams.control.rma import CandidateSupply, RmaPolicy, RmaState, ranking_starved, rma_budget
 from streams.control.sbm import SbmPolicy, SbmState, SegmentState, planned_rps, sbm_target
 from streams.control.windows import WindowSet, WindowStats
@@ -88,6 +91,7 @@ class ControllerState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     last_targets: ControlTargets | None = None
     rma: RmaState = msgspec.field(default_factory=RmaState)
     sbm: SbmState = msgspec.field(default_factory=SbmState)
+    precompute: PrecomputeShareState = msgspec.field(default_factory=PrecomputeShareState)
     inventory: InventoryState = msgspec.field(default_factory=InventoryState)
     segments: SegmentState = msgspec.field(default_factory=SegmentState)
     """Before the join (v4 decisions): per-model outcome means. Read, no longer written."""
@@ -114,9 +118,11 @@ def decode_state(payload: bytes | str) -> ControllerState:
     return state
 
 
-def _version(reason: Reason, sbm: SbmTarget) -> int:
+def _version(reason: Reason, sbm: SbmTarget, precompute: PrecomputeTarget | None) -> int:
     """The oldest contract version that says all these targets say, so that older readers keep
     reading every target they can (a v4 reader refuses a capped one: baseline only)."""
+    if precompute is not None:
+        return PRECOMPUTE_SHARE_VERSION
     if sbm.extra_candidates is not None:
         return POWERFUL_EXTRA_VERSION
     return OPERATOR_VERSION if reason == "operator" else SCHEMA_VERSION
@@ -154,6 +160,11 @@ class ScopeController:
         self._rma = RmaPolicy(config.rma, state.rma)
         self._supply = CandidateSupply()
         self._sbm = SbmPolicy(config.sbm, state.sbm)
+        self._precompute = PrecomputeSharePolicy(config.precompute, state.precompute)
+        #: The precompute lever's share behind the last targets (None: the lever is off).
+        self._share: PrecomputeTarget | None = (
+            None if state.last_targets is None or state.last_targets.precompute is msgspec.UNSET
+            else state.last_targets.precompute)
         self._evidence = ValueEvidence(config, state.estimates, pending)
         self._cost = CostModel(config.cost, state.cost)
         self._planner = Planner(config)
@@ -199,6 +210,7 @@ class ScopeController:
             return None
         last = self._last_targets
         rma, sbm = operator.baseline_only(last.sbm if last is not None else SbmTarget(coverage=0))
+        self._share = operator.precompute(override, now_ms, self._share, last)
         return self._emit(now_ms, rma, sbm, "operator")
 
     # -- the fast path -------------------------------------------------------------------
@@ -238,6 +250,8 @@ class ScopeController:
         self._restart_ceiling = None
         rma = self._step_rma(stats, allocation, rates, dt_s, ceiling)
         sbm = self._step_sbm(stats, allocation, rates, dt_s, ceiling, rma.extra_candidates)
+        share = self._precompute.step(stats, self._evidence.estimates.precompute_per_hit())
+        self._share = operator.precompute(self._override, now_ms, share, self._last_targets)
         overridden = operator.apply(self._override, now_ms, rma, sbm, self._last_targets)
         if overridden is not None:
             (rma, sbm), reason = overridden, "operator"
@@ -300,10 +314,12 @@ class ScopeController:
 
     def _emit(self, now_ms: int, rma: RmaTarget, sbm: SbmTarget, reason: Reason) -> ControlTargets:
         self._epoch += 1
-        targets = ControlTargets(v=_version(reason, sbm),
+        share = self._share
+        targets = ControlTargets(v=_version(reason, sbm, share),
                                  scope=self.scope, epoch=self._epoch, issued_at_ms=now_ms,
                                  ttl_ms=self.config.ttl_ms, rma=rma, sbm=sbm,
-                                 reason=reason)
+                                 reason=reason, precompute=msgspec.UNSET if share is None
+                                 else share)
         self._last_targets = targets
         return targets
 
@@ -313,6 +329,7 @@ class ScopeController:
         return ControllerState(scope=self.scope, epoch=self._epoch,
                                last_tick_ms=self._last_tick_ms, last_targets=self._last_targets,
                                rma=self._rma.state, sbm=self._sbm.state,
+                               precompute=self._precompute.state,
                                inventory=self._inventory.state,
                                estimates=self._evidence.estimates.state, observed=self._observed,
                                cost=self._cost.state,

@@ -366,6 +366,15 @@ class GainEstimator:
                                                      (rma.std / extra) ** 2, z)
         return out
 
+    def precompute_per_hit(self) -> Estimate:
+        """What using a precompute answer adds to a visit (``lift()['precompute_per_hit']``,
+        alone: the precompute lever's share reads it every period)."""
+        t = self._treated
+        k = self.labels.min_labels
+        if not self._answers.seen or t.n < k:
+            return Estimate()
+        return self._answers.lift(t, k, self._z)[0]
+
     def _all_lift(self) -> tuple[float, float]:
         """Treated minus holdout, post-stratified by segment: ``(mean, variance)``
         (`streams.control.strata`)."""

@@ -10,6 +10,9 @@ scope's override and returns the levers to publish:
   never raises optional work, and a freeze must not keep work on capacity that is gone);
 - ``max_extra`` / ``max_coverage``: a cap; only a lever the cap lowered says ``operator``.
 
+The precompute lever's share (``precompute``) follows the same kill and freeze: 0 under a
+kill, the share last issued under a freeze; no cap names it.
+
 An override applies while it is active (``active``): a ``set`` younger than its TTL on the
 clock of the caller (the tick's time live and in replay, so replay gives the same bytes). A
 ``clear`` or a lapsed TTL applies nothing, and the loop's own targets go out unchanged.
@@ -21,7 +24,13 @@ from collections.abc import Callable
 
 import msgspec
 
-from schemas.contract import ControlTargets, OperatorOverride, RmaTarget, SbmTarget
+from schemas.contract import (
+    ControlTargets,
+    OperatorOverride,
+    PrecomputeTarget,
+    RmaTarget,
+    SbmTarget,
+)
 
 
 def active(override: OperatorOverride | None, now_ms: int) -> bool:
@@ -55,6 +64,21 @@ def apply(override: OperatorOverride | None, now_ms: int, rma: RmaTarget, sbm: S
     if share is not None and sbm.coverage > share:
         sbm = msgspec.structs.replace(sbm, coverage=share, limited_by="operator")
     return rma, sbm
+
+
+def precompute(override: OperatorOverride | None, now_ms: int,
+               share: PrecomputeTarget | None,
+               last: ControlTargets | None) -> PrecomputeTarget | None:
+    """The precompute share ``override`` allows (the loop's ``share`` when it does not apply;
+    None stays None: the lever is off)."""
+    if share is None or override is None or not active(override, now_ms):
+        return share
+    if override.kill or (override.freeze and (last is None or not isinstance(
+            last.precompute, PrecomputeTarget))):
+        return PrecomputeTarget(share=0.0, limited_by="operator")
+    if override.freeze and last is not None and isinstance(last.precompute, PrecomputeTarget):
+        return msgspec.structs.replace(last.precompute, limited_by="operator")
+    return share
 
 
 def describe(override: OperatorOverride, when: Callable[[int], str] = str) -> str:

@@ -74,6 +74,9 @@ class WindowStats(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     extras_room: int | None = None
     """The most extra candidates one request could have kept on any of the pool's replicas
     over the period (``WindowReport.extras_room``); None when no report says."""
+    precompute_utilisation: float = 0.0
+    """Mean share of the period's reports spent on precompute slices (``utilisation`` leaves
+    them out); 0.0 where the pool does not run the lever."""
 
 
 #: Share of the extras a target sends that replicas may shed for overload (trimmed to what fits
@@ -110,7 +113,8 @@ class LatencyWindow:
     __slots__ = ("_accuracy", "_capacity", "_first_start", "_held", "_last_end", "_merger",
                  "_room", "_util", "accelerator",
                  "baseline", "busy", "done", "min_samples", "model", "opened_ms",
-                 "optional_requests", "overload", "pool_id", "region", "reports", "requests",
+                 "optional_requests", "overload", "pool_id", "precompute", "region", "reports",
+                 "requests",
                  "shed", "silent_periods", "tier", "units")
 
     def __init__(self, pool_id: str, region: str, model: str, tier: str, accelerator: str,
@@ -141,7 +145,7 @@ class LatencyWindow:
     def _clear(self) -> None:
         self.reports = self.requests = self.baseline = self.done = self.shed = 0
         self.units = self.optional_requests = self.overload = 0
-        self._util = self.busy = 0.0
+        self._util = self.busy = self.precompute = 0.0
         self._room: int | None = None
         self._first_start = math.inf
         self._last_end = -math.inf
@@ -173,6 +177,8 @@ class LatencyWindow:
             self.overload += report.optional_units_shed.get("overload", 0)
         self._util += report.utilisation
         self.busy += report.busy_s
+        if report.precompute_utilisation is not UNSET:
+            self.precompute += report.precompute_utilisation
         self.units += report.units_done
         self.optional_requests += report.optional_requests_done
         self._capacity[report.worker_id] = report.capacity_rps
@@ -200,6 +206,7 @@ class LatencyWindow:
         self.overload += pool.overload_shed
         self._util += pool.utilisation_sum
         self.busy += pool.busy_s
+        self.precompute += pool.precompute_utilisation_sum
         self.units += pool.units_done
         self.optional_requests += pool.optional_requests_done
         self._capacity[shard] = pool.capacity_rps
@@ -227,7 +234,8 @@ class LatencyWindow:
             optional_units_shed=self.shed, overload_shed=self.overload,
             utilisation_sum=self._util, capacity_rps=capacity, busy_s=self.busy,
             units_done=self.units, optional_requests_done=self.optional_requests,
-            extras_room=self._room, first_start_ms=int(self._first_start),
+            extras_room=self._room, precompute_utilisation_sum=self.precompute,
+            first_start_ms=int(self._first_start),
             last_end_ms=int(self._last_end), latency_ms=self._merger.to_wire())
 
     def close(self, now_ms: int) -> WindowStats:
@@ -262,7 +270,8 @@ class LatencyWindow:
             capacity_rps=capacity, enough_samples=samples >= self.min_samples,
             busy_s=self.busy, units_done=self.units,
             optional_requests_done=self.optional_requests, units_rate=self.units * per_s,
-            overload_shed_rate=self.overload * per_s, extras_room=self._room)
+            overload_shed_rate=self.overload * per_s, extras_room=self._room,
+            precompute_utilisation=self.precompute / self.reports if self.reports else 0.0)
         self.silent_periods = 0 if self.reports else self.silent_periods + 1
         self.opened_ms = now_ms
         self._clear()

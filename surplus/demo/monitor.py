@@ -18,7 +18,7 @@ from typing import Any
 
 from schemas import kafka_clients
 from schemas.codec import ContractError, decode, decode_telemetry
-from schemas.contract import ControlTargets, LatencySketch, WindowReport
+from schemas.contract import ControlTargets, LatencySketch, PrecomputeTarget, WindowReport
 from schemas.kafka_clients import OFFSET_END
 from schemas.kafka_config import KafkaSettings
 from schemas.sketch import SketchMerger, SketchMismatch
@@ -162,7 +162,10 @@ def progress_line(t: float, duration_s: float, phase: str, loadgen: Path,
             parts.append(f"targets: extra {targets.rma.extra_candidates:3d} "
                          f"({targets.rma.limited_by or '-'}) "
                          f"coverage {targets.sbm.coverage:.2f} "
-                         f"({targets.sbm.limited_by or '-'})")
+                         f"({targets.sbm.limited_by or '-'})"
+                         + (f" precompute {targets.precompute.share:.2f} "
+                            f"({targets.precompute.limited_by or '-'})"
+                            if isinstance(targets.precompute, PrecomputeTarget) else ""))
         shed_total = sum(shed.values())
         top = ", ".join(f"{k} {v}" for k, v in sorted(shed.items(), key=lambda kv: -kv[1])
                         [:2])

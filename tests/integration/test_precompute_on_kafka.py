@@ -114,6 +114,12 @@ async def test_jobs_are_answered_by_key_and_a_notice_hands_a_job_in_service_to_t
             (result,) = got[key]
             assert result.candidates == 10 and len(result.top_ids) == 10
             assert result.top_scores == sorted(result.top_scores, reverse=True)
+        # their telemetry says so (v13): the share of a window its slices took, which the
+        # control plane sets the lever's share from (the publisher may have read it first)
+        for worker in (w1, w2):
+            report = worker.window_report()
+            assert report.v == 13 and 0.0 <= report.precompute_utilisation <= 1.0  # type: ignore[operator]
+            assert runner(worker).busy_s > 0.0
 
         # A big job on w1's partition, which w1 scores a row a slice; its 50th slice is held
         # in service until the notice has stopped the lever.

@@ -6,7 +6,8 @@
   out of order (jobs are scored one at a time, delivered asynchronously); the commit is the
   first offset still open.
 - `may_precompute`: precompute is optional work, so it runs only where RMA and SBM may: on a
-  lent (opportunistic) replica, under fresh trusted targets, never while preempted.
+  lent (opportunistic) replica, under fresh trusted targets, never while preempted, and not
+  where the targets give the lever no share (`Pace.allow` applies the share they give).
 - `chunk_rows`: a job is scored in slices that each take about ``chunk_ms`` at the measured
   cost of a row, so a request that arrives meanwhile waits for one slice, not a whole job.
 """
@@ -94,8 +95,10 @@ class OffsetLedger:
 
 def may_precompute(tier: Tier, effective: EffectiveTargets) -> bool:
     """Lent capacity under trusted, fresh targets; never baseline replicas, never preempted
-    (a notice makes the targets baseline only), never without targets (fail safe)."""
-    return tier == "opportunistic" and not effective.baseline_only
+    (a notice makes the targets baseline only), never without targets (fail safe), never
+    where the control plane set the lever's share to 0."""
+    return (tier == "opportunistic" and not effective.baseline_only
+            and effective.precompute_share != 0.0)
 
 
 def chunk_rows(ms_per_row: float | None, chunk_ms: float, batch_rows: int) -> int:
@@ -131,12 +134,20 @@ class Pace:
 
     def __init__(self, cores: float, max_share: float, floor: float = 0.02,
                  gain: float = 0.5) -> None:
+        self.cores = cores
+        self.max_share = max_share
         self.target = cores * max_share
         self.floor = floor
         self.gain = gain
         #: The part of one core precompute may use now; starts at half the target.
         self.share = min(1.0, max(floor, self.target / 2.0))
         self.ready_at_s = 0.0
+
+    def allow(self, share: float | None) -> None:
+        """The control plane's share for the lever (``EffectiveTargets.precompute_share``;
+        None: not set), within this replica's own ``max_share``."""
+        allowed = self.max_share if share is None else min(self.max_share, max(0.0, share))
+        self.target = self.cores * allowed
 
     def update(self, used_cores: float) -> None:
         """The process used ``used_cores`` CPU seconds per second lately: move toward the

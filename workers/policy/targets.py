@@ -65,6 +65,9 @@ class EffectiveTargets(msgspec.Struct, frozen=True):
     #: Extra candidates a request the powerful model serves may carry
     #: (``ControlTargets.powerful_extra_candidates``; 0 while baseline only).
     powerful_extra_candidates: int = 0
+    #: The precompute lever's share of a lent replica (``ControlTargets.precompute``); None
+    #: where the targets do not set it: the replica's own ``max_share`` alone applies.
+    precompute_share: float | None = None
 
 
 def baseline_only(reason: str, epoch: int = -1) -> EffectiveTargets:
@@ -132,7 +135,9 @@ class TargetState:
             budget_units_per_s=clamped.rma.budget_units_per_s, segments=clamped.sbm.segments,
             epoch=clamped.epoch, baseline_only=False, reason=CLAMPED if was_clamped else ACCEPTED,
             expires_at_ms=self._expires_at_ms,
-            powerful_extra_candidates=clamped.powerful_extra_candidates)
+            powerful_extra_candidates=clamped.powerful_extra_candidates,
+            precompute_share=(None if clamped.precompute is msgspec.UNSET
+                              else clamped.precompute.share))
         return self._count(TargetVerdict(True, CLAMPED if was_clamped else ACCEPTED))
 
     def current(self, now_ms: int) -> EffectiveTargets:
@@ -266,6 +271,9 @@ def _in_range(targets: ControlTargets) -> bool:
             and sbm.coverage <= 1.0):
         return False
     if targets.ttl_ms <= 0 or targets.epoch < 0 or targets.issued_at_ms < 0:
+        return False
+    pre = targets.precompute
+    if pre is not msgspec.UNSET and not (_finite_nonneg(pre.share) and pre.share <= 1.0):
         return False
     return all(math.isfinite(p.gain_mean) and _finite_nonneg(p.gain_std)
                for p in sbm.segments.values())

@@ -25,7 +25,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.contract import ROOM_VERSION, ModelKind, Tier, WindowReport
+from msgspec import UNSET, UnsetType
+
+from schemas.contract import (
+    PRECOMPUTE_SHARE_VERSION,
+    ROOM_VERSION,
+    SCHEMA_VERSION,
+    ModelKind,
+    Tier,
+    WindowReport,
+)
 from schemas.sketch import new_sketch, to_wire
 from workers.policy.admission import AdmissionState
 
@@ -46,16 +55,21 @@ class LoadTotals:
     extras_room: int | None = None
     """Not a total: the most extras one request could have kept over the window
     (``Admission.take_room``), None when no request carried any."""
+    precompute_busy_s: float | None = None
+    """Seconds spent scoring precompute jobs since start, as ``busy_s`` before it is made
+    replica-seconds; None where the replica does not run the lever."""
 
     @classmethod
     def of(cls, state: AdmissionState, rows_done: int, busy_s: float,
-           replicas: int = 1, extras_room: int | None = None) -> LoadTotals:
+           replicas: int = 1, extras_room: int | None = None,
+           precompute_busy_s: float | None = None) -> LoadTotals:
         """The totals of a replica whose admission is in ``state``, with the rows it scored
         and the seconds it was busy since it started."""
         return cls(rows_done=rows_done, busy_s=busy_s, shed_units=dict(state.shed_units),
                    queue_items=state.baseline_items + state.optional_items,
                    queue_delay_ms=state.queue_delay_ms, ms_per_unit=state.ms_per_unit,
-                   replicas=replicas, extras_room=extras_room)
+                   replicas=replicas, extras_room=extras_room,
+                   precompute_busy_s=precompute_busy_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,10 +146,15 @@ class ReportWindow:
         if served:
             self._rows_per_request = rows / served
         ident = self.identity
-        room = {} if totals.extras_room is None else {"v": ROOM_VERSION,
-                                                      "extras_room": totals.extras_room}
+        room: int | UnsetType = UNSET if totals.extras_room is None else totals.extras_room
+        pre: float | UnsetType = UNSET
+        if totals.precompute_busy_s is not None:
+            grown = totals.precompute_busy_s - ((last.precompute_busy_s or 0.0) if last else 0.0)
+            pre = min(10.0, max(0.0, grown / span_s))
+        v = (PRECOMPUTE_SHARE_VERSION if pre is not UNSET
+             else ROOM_VERSION if room is not UNSET else SCHEMA_VERSION)
         return WindowReport(
-            pool_id=ident.pool_id, worker_id=ident.worker_id, region=ident.region,
+            v=v, pool_id=ident.pool_id, worker_id=ident.worker_id, region=ident.region,
             service=ident.service, model=ident.model, tier=ident.tier,
             accelerator=ident.accelerator, window_start_ms=start, window_end_ms=max(now_ms, start),
             requests=requests, baseline_requests=baseline, baseline_rejected=rejected,
@@ -146,7 +165,8 @@ class ReportWindow:
             utilisation=min(10.0, max(0.0, busy / span_s)),
             capacity_rps=self._capacity_rps(done, busy, totals.ms_per_unit),
             busy_s=min(86_400.0, max(0.0, busy * totals.replicas)), units_done=max(0, done),
-            optional_requests_done=optional_requests, **room)
+            optional_requests_done=optional_requests, extras_room=room,
+            precompute_utilisation=pre)
 
     def _capacity_rps(self, rows_done: int, busy_s: float, ms_per_unit: float) -> float:
         """Rows per busy second, as requests per second of this window's request size."""

@@ -121,6 +121,10 @@ class IdleWork(Protocol):
     def halt(self) -> None:
         """A notice: drop what is held, answer nothing scored across it."""
 
+    @property
+    def busy_s(self) -> float:
+        """Seconds its slices took since it started (telemetry's ``precompute_busy_s``)."""
+
 
 #: How often an idle inference thread looks for idle work that came with no wake-up.
 IDLE_POLL_S = 0.05
@@ -181,6 +185,12 @@ class Batcher:
         with self._cond:
             self._idle_work = work
             self._cond.notify()
+
+    @property
+    def idle_busy_s(self) -> float | None:
+        """Seconds the idle work's slices took since it started; None without idle work."""
+        work = self._idle_work
+        return None if work is None else work.busy_s
 
     def wake(self) -> None:
         """Idle work arrived: an idle inference thread looks at once."""

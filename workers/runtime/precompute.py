@@ -230,8 +230,10 @@ class PrecomputeRunner(threading.Thread):
             self._leave()
 
     def _refresh_allowed(self) -> bool:
-        allowed = may_precompute(self.worker.config.tier, self.worker.current_targets())
+        effective = self.worker.current_targets()
+        allowed = may_precompute(self.worker.config.tier, effective)
         with self._lock:
+            self._pace.allow(effective.precompute_share)
             if allowed and not self._allowed:
                 self._allowed = True
             elif not allowed and self._allowed:

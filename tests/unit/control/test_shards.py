@@ -3,6 +3,7 @@ merge into the window one reader would have built."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from schemas.contract import WindowPartial
@@ -30,6 +31,8 @@ def test_parts_merged_from_two_shards_give_the_window_one_reader_builds() -> Non
                       start_ms=1000 * i, end_ms=1000 * i + 900, capacity_rps=10.0 + i,
                       utilisation=0.1 * i, shed={"overload": i, "deadline": 1}, done=5 * i,
                       units_done=30 + i) for i in range(1, 5)]
+    reports = [msgspec.structs.replace(r, v=13, precompute_utilisation=0.25 * i)
+               for i, r in enumerate(reports)]
     one = WindowSet(50, 0.02)
     for r in reports:
         one.add(r)
@@ -42,10 +45,12 @@ def test_parts_merged_from_two_shards_give_the_window_one_reader_builds() -> Non
             for pool in part.pools:
                 merged.add_partial(pool, part.region, part.shard)
     (alone,), (together,) = one.close(PERIOD_MS), merged.close(PERIOD_MS)
+    assert alone.precompute_utilisation == pytest.approx(1.5 / 4)
     assert together.p99_ms == alone.p99_ms and together.samples == alone.samples
     assert together.reports == alone.reports == 4
     for field in ("request_rate", "shed_rate", "overload_shed_rate", "utilisation",
-                  "capacity_rps", "busy_s", "units_rate", "optional_done_rate"):
+                  "capacity_rps", "busy_s", "units_rate", "optional_done_rate",
+                  "precompute_utilisation"):
         assert getattr(together, field) == pytest.approx(getattr(alone, field), rel=1e-12)
 
 

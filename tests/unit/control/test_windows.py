@@ -116,6 +116,17 @@ def test_counts_without_bins_do_not_count_as_samples() -> None:
     assert stats.samples == 0 and not stats.enough_samples and stats.p99_ms == 0.0
 
 
+def test_a_pools_precompute_share_is_its_reports_mean_and_zero_where_none_runs_it() -> None:
+    windows = WindowSet(min_samples=1, opened_ms=0)
+    for worker, busy in (("w1", 0.3), ("w2", 0.6), ("w3", None)):
+        extra = {} if busy is None else {"v": 13, "precompute_utilisation": busy}
+        windows.add(msgspec.structs.replace(report(RANK_POOL, worker=worker), **extra))
+    windows.add(report(POWERFUL_POOL, worker="p1"))
+    ranking, powerful = windows.close(1_000)
+    assert ranking.precompute_utilisation == pytest.approx(0.3)
+    assert powerful.precompute_utilisation == 0.0
+
+
 def test_a_pools_room_is_the_largest_its_replicas_reported_and_unknown_without_one() -> None:
     windows = WindowSet(min_samples=1, opened_ms=0)
     for worker, room in (("w1", 40), ("w2", 64), ("w3", None)):

@@ -83,3 +83,18 @@ def test_the_pace_settles_where_the_process_uses_its_target() -> None:
     for _ in range(50):
         pace.update(overhead + pace.share)
     assert overhead + pace.share == pytest.approx(0.4, abs=1e-3)
+
+
+def test_the_control_planes_share_lowers_the_pace_never_past_the_replicas_own_and_0_stops_it(
+) -> None:
+    pace = Pace(cores=0.5, max_share=0.8)
+    pace.allow(0.4)
+    assert pace.target == pytest.approx(0.2)
+    pace.allow(1.0)                      # the replica's own max_share still caps it
+    assert pace.target == pytest.approx(0.4)
+    pace.allow(None)                     # targets that do not set it: the replica's own
+    assert pace.target == pytest.approx(0.4)
+    off = EffectiveTargets(extra_candidates=8, coverage=0.5, budget_units_per_s=1e3,
+                           segments={}, epoch=3, baseline_only=False, reason="applied",
+                           precompute_share=0.0)
+    assert not may_precompute("opportunistic", off)

@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from schemas.codec import decode, encode
-from schemas.contract import ControlTargets
+from schemas.contract import ControlTargets, PrecomputeTarget
 from schemas.signing import REFUSALS, Keyring, sign, verifier
 from tests.unit.policy.helpers import T0, targets
 from workers.policy.targets import LocalLimits, TargetState
@@ -33,6 +33,21 @@ def test_fresh_target_is_applied_as_sent() -> None:
     assert (eff.extra_candidates, eff.coverage, eff.budget_units_per_s) == (64, 0.25, 5000.0)
     assert eff.segments["a"].gain_mean == 0.1 and eff.epoch == 1
     assert state.counters == {"applied": 1}
+
+
+def test_a_targets_precompute_share_reaches_the_replica_and_one_out_of_range_is_refused(
+) -> None:
+    state = _state()
+    assert state.current(T0).precompute_share is None
+    state.offer(targets(), T0)
+    assert state.current(T0).precompute_share is None          # not set: the replica's own
+    shared = msgspec.structs.replace(targets(epoch=2), v=13,
+                                     precompute=PrecomputeTarget(share=0.5))
+    assert state.offer(shared, T0).accepted
+    assert state.current(T0).precompute_share == 0.5
+    wild = msgspec.structs.replace(targets(epoch=3), v=13,
+                                   precompute=PrecomputeTarget(share=1.5))
+    assert state.offer(wild, T0).reason == "out_of_range"
 
 
 def test_target_goes_baseline_only_when_its_ttl_passes_and_the_expiry_is_counted_once() -> None:

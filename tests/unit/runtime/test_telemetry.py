@@ -67,6 +67,23 @@ def test_a_window_that_measured_a_requests_room_reports_it_as_v10_and_one_that_d
         decode(WindowReport, encode(unmeasured)[:-1] + b',"extras_room":64}')
 
 
+def test_a_replica_running_precompute_reports_its_slices_share_per_window_as_v13() -> None:
+    from dataclasses import replace
+
+    from schemas.codec import decode, encode
+    from schemas.contract import PRECOMPUTE_SHARE_VERSION, WindowReport
+
+    window = TelemetryWindow(IDENT, start_ms=0)
+    first = window.close(1_000, replace(totals(), precompute_busy_s=0.4))  # of 1 s
+    second = window.close(2_000, replace(totals(), precompute_busy_s=1.1, extras_room=8))
+    assert first.v == PRECOMPUTE_SHARE_VERSION
+    assert first.precompute_utilisation == pytest.approx(0.4)
+    assert second.precompute_utilisation == pytest.approx(0.7) and second.extras_room == 8
+    assert decode(WindowReport, encode(second)) == second
+    with pytest.raises(ValueError, match="precompute_utilisation"):  # a v10 report carrying it
+        decode(WindowReport, encode(second).replace(b'"v":13', b'"v":10'))
+
+
 def test_an_idle_window_estimates_capacity_from_the_last_service_time() -> None:
     window = TelemetryWindow(IDENT, start_ms=0)
     window.record(3.0, baseline=True, rows=8, optional_units_done=0)

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from schemas.contract import RoutingOutcome
+from schemas.contract import RoutingOutcome, WindowReport
 from sim.engine import Simulation
 from sim.precompute import IdleJobs, JobTopic, RegionPrecompute
 from sim.scenario import Scenario, find_scenario, load_scenario
@@ -55,6 +55,20 @@ def test_answers_are_worth_value_and_their_visits_send_the_base_only(
     served_from_answers = [r for r in records if r.available == 0]
     assert served_from_answers and all(r.extra == 0 for r in served_from_answers)
     assert summary["precompute"]["eu1"]["visits_hit"] >= len(served_from_answers)
+
+
+def test_lent_replicas_report_the_time_their_slices_took_and_the_others_none(
+        demo: tuple[dict[str, Any], Path]) -> None:
+    _, out = demo
+    reports = [e.value for e in read_events(out / "events.jsonl.zst")
+               if isinstance(e.value, WindowReport)]
+    lent = [r for r in reports if r.tier == "opportunistic"]
+    provisioned = [r for r in reports if r.tier == "baseline"]
+    assert lent and provisioned
+    assert all(r.precompute_utilisation is msgspec.UNSET for r in provisioned)
+    shares = [r.precompute_utilisation for r in lent]
+    assert all(r.v == 13 for r in lent) and msgspec.UNSET not in shares
+    assert sum(shares) / len(shares) > 0.1  # type: ignore[arg-type]
 
 
 def test_the_lever_off_leaves_the_run_as_it_was(tmp_path: Path) -> None:
