@@ -55,9 +55,10 @@ class WindowReport(Event, frozen=True, kw_only=True):
     beyond its base). A target past it is trimmed on every request. Unset: no request
     carried extras to measure it on."""
     precompute_utilisation: Annotated[float, Meta(ge=0.0, le=10.0)] | UnsetType = UNSET
-    """v13: the share of the window the replica spent scoring precompute jobs (the lever's
-    slices, which ``utilisation`` and ``busy_s`` leave out). Unset: it does not run the
-    lever."""
+    """v13: the share of its CPU quota (one core without one) over the window the replica
+    spent scoring precompute jobs: the lever's slices, which ``utilisation`` and ``busy_s``
+    leave out; the share the control plane sets is of the same quota. Unset: it does not
+    run the lever."""
 
     def __post_init__(self) -> None:
         if self.extras_room is not UNSET and self.v < ROOM_VERSION:

@@ -37,8 +37,8 @@ from streams.control.moments import Estimate
 from streams.control.windows import WindowStats
 
 #: The share of its allowance a lent pool must fill (requests' and precompute's time) for
-#: the allowance, not the jobs, to be what binds. The pace counts the process's CPU time and
-#: the reports count the model's, so a pool at its allowance reads somewhat under it.
+#: the allowance, not the jobs, to be what binds. The pace counts the process's whole CPU
+#: time and the reports the model's alone, so a pool at its allowance reads under it.
 FILLED = 0.6
 
 

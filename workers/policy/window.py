@@ -56,8 +56,9 @@ class LoadTotals:
     """Not a total: the most extras one request could have kept over the window
     (``Admission.take_room``), None when no request carried any."""
     precompute_busy_s: float | None = None
-    """Seconds spent scoring precompute jobs since start, as ``busy_s`` before it is made
-    replica-seconds; None where the replica does not run the lever."""
+    """Seconds of its CPU quota the replica spent scoring precompute jobs since start (their
+    time over the quota's cores; one core without a quota); None where it does not run the
+    lever."""
 
     @classmethod
     def of(cls, state: AdmissionState, rows_done: int, busy_s: float,

@@ -122,8 +122,10 @@ class IdleWork(Protocol):
         """A notice: drop what is held, answer nothing scored across it."""
 
     @property
-    def busy_s(self) -> float:
-        """Seconds its slices took since it started (telemetry's ``precompute_busy_s``)."""
+    def quota_s(self) -> float:
+        """Seconds of the replica's CPU quota its slices took since it started: their time
+        over the quota's cores (one without a quota), so that a slice at its ``max_share``
+        reads that share in telemetry (``WindowReport.precompute_utilisation``)."""
 
 
 #: How often an idle inference thread looks for idle work that came with no wake-up.
@@ -187,10 +189,11 @@ class Batcher:
             self._cond.notify()
 
     @property
-    def idle_busy_s(self) -> float | None:
-        """Seconds the idle work's slices took since it started; None without idle work."""
+    def idle_quota_s(self) -> float | None:
+        """Quota-seconds the idle work's slices took since it started (``IdleWork.quota_s``);
+        None without idle work."""
         work = self._idle_work
-        return None if work is None else work.busy_s
+        return None if work is None else work.quota_s
 
     def wake(self) -> None:
         """Idle work arrived: an idle inference thread looks at once."""

@@ -99,6 +99,11 @@ class PrecomputeRunner(threading.Thread):
 
     # -- the batcher's idle work (inference thread) ---------------------------------------------
 
+    @property
+    def quota_s(self) -> float:
+        """Seconds of the replica's CPU quota its slices took (`IdleWork.quota_s`)."""
+        return self.busy_s / self._pace.cores
+
     def ready_in(self) -> float | None:
         """Cheap and lock-light: called under the batcher's lock between requests."""
         if not self._allowed or (self._current is None and not self._ready):

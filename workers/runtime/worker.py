@@ -282,7 +282,7 @@ class Worker:
     def load_totals(self) -> LoadTotals:
         return LoadTotals.of(self.batcher.state(), self.batcher.rows_done, self.batcher.busy_s,
                              extras_room=self.batcher.take_room(),
-                             precompute_busy_s=self.batcher.idle_busy_s)
+                             precompute_busy_s=self.batcher.idle_quota_s)
 
     def window_report(self) -> WindowReport:
         """Close the telemetry window and return its report."""

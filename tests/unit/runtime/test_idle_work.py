@@ -39,7 +39,7 @@ class Slices:
         self.log = log
         self.halted = False
         self.steps = 0
-        self.busy_s = 0.0
+        self.quota_s = 0.0
         self.stepping = threading.Event()
 
     def ready_in(self) -> float | None:
@@ -50,7 +50,7 @@ class Slices:
         self.steps += 1
         self.stepping.set()
         threading.Event().wait(0.002)
-        self.busy_s += 0.002
+        self.quota_s += 0.002
 
     def halt(self) -> None:
         self.halted = True
