@@ -239,7 +239,8 @@ class ScopeController:
         The steps read what the ones before them left: what the period measured (windows,
         expiries, the measured cost), the plan of the live capacity at that cost, the ceiling
         a restart or an override's end holds this period to, RMA's step (SBM's powerful
-        requests carry its extras), SBM's step, then an active override over both.
+        requests carry its extras), SBM's step, the precompute lever's share, then an active
+        override over them all.
         """
         stats, dt_s = self._measure(now_ms)
         rates = unit_rates(self._cost, self.config)
