@@ -195,7 +195,8 @@ class IdleJobs:
         self._job: SimJob | None = None
         self._done = 0.0
         self._busy_ms = 0.0
-        #: Milliseconds its slices took since it started (the reports' ``precompute_busy_s``).
+        #: Milliseconds its slices took since it started (``LoadTotals.precompute_busy_s``,
+        #: one core per replica set).
         self.busy_total_ms = 0.0
         self._measured_ms = float(worker.server.clock)
 

@@ -73,11 +73,13 @@ def precompute(override: OperatorOverride | None, now_ms: int,
     None stays None: the lever is off)."""
     if share is None or override is None or not active(override, now_ms):
         return share
-    if override.kill or (override.freeze and (last is None or not isinstance(
-            last.precompute, PrecomputeTarget))):
+    if override.kill:
         return PrecomputeTarget(share=0.0, limited_by="operator")
-    if override.freeze and last is not None and isinstance(last.precompute, PrecomputeTarget):
-        return msgspec.structs.replace(last.precompute, limited_by="operator")
+    if override.freeze:  # hold what was issued; nothing issued: hold nothing, as ``apply``
+        held = None if last is None else last.precompute
+        return (msgspec.structs.replace(held, limited_by="operator")
+                if isinstance(held, PrecomputeTarget)
+                else PrecomputeTarget(share=0.0, limited_by="operator"))
     return share
 
 

@@ -83,5 +83,4 @@ class PrecomputeSharePolicy:
 
 def _filled(running: list[WindowStats], share: float) -> bool:
     """Whether the lent pools use what the share allows (else they ran out of jobs)."""
-    return all(w.utilisation + w.precompute_utilisation >= FILLED * share
-                                 for w in running)
+    return all(w.utilisation + w.precompute_utilisation >= FILLED * share for w in running)

@@ -94,3 +94,20 @@ def test_a_kill_gives_the_lever_no_share() -> None:
     assert killed.precompute == PrecomputeTarget(share=0.0, limited_by="operator")
     assert _period(c, 10_000, 0.7).precompute == PrecomputeTarget(share=0.0,
                                                                   limited_by="operator")
+
+
+def test_a_freeze_holds_the_share_last_issued_and_with_none_issued_holds_nothing() -> None:
+    def freeze(at_ms: int) -> OperatorOverride:
+        return OperatorOverride(scope="eu1", action="set", freeze=True, issued_at_ms=at_ms,
+                                ttl_ms=60_000, reason="incident")
+
+    from streams.control import override as operator
+    c = ScopeController("eu1", ControlConfig())
+    last = _period(c, 0, 0.7)
+    loop = PrecomputeTarget(share=0.5, limited_by="demand")
+    assert operator.precompute(freeze(10_000), 10_000, loop, last) == PrecomputeTarget(
+        share=0.8, limited_by="operator")
+    assert operator.precompute(freeze(10_000), 10_000, loop, None) == PrecomputeTarget(
+        share=0.0, limited_by="operator")
+    assert operator.precompute(freeze(10_000), 10_000, None, last) is None   # lever off
+    assert operator.precompute(freeze(0), 100_000, loop, last) == loop       # lapsed
