@@ -53,8 +53,9 @@ class ArrivalsConfig(_Config, frozen=True, kw_only=True):
 
     ``constant``: Poisson at ``mean_rps``. ``diurnal``: Poisson around a daily cosine with the
     given peak-to-trough ratio, peaking at ``peak_at_s`` (seconds into the period).
-    ``trace``: a CSV with one row per request; its arrivals are binned and scaled to
-    ``mean_rps`` by cumulative rounding (at the trace's own rate every arrival is kept, exactly).
+    ``trace``: a CSV with one row per request; its arrivals are counted per ``bin_s`` (whole
+    steps), scaled to ``mean_rps`` and spread evenly over the bin's steps by cumulative
+    rounding (at the trace's own rate every arrival is kept, exactly, in its own bin).
     ``rates``: a CSV of (time, rate) rows, held until the next row, scaled to ``mean_rps``,
     Poisson within each step. Traces longer than the scenario are cut at ``offset_s``; shorter
     ones repeat. ``onoff``: synthetic bursts, seeded by the scenario's seed: quiet (off) and
@@ -70,6 +71,10 @@ class ArrivalsConfig(_Config, frozen=True, kw_only=True):
     time_format: str = "%Y-%m-%d %H:%M:%S.%f"
     """A ``strptime`` format, or ``s`` / ``ms`` for numeric seconds / milliseconds."""
     rate_column: str = "rate"
+    bin_s: Positive = 1.0
+    """The grain (seconds, rounded to whole steps) a ``trace`` keeps: scaling up a trace
+    repeats each recorded request, and at a finer grain its copies would all arrive at once
+    (see ``sim.traces``)."""
     offset_s: NonNeg = 0.0
     peak_to_trough: Annotated[float, Meta(ge=1.0)] = 3.0
     period_s: Positive = 86_400.0

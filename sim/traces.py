@@ -133,17 +133,27 @@ def onoff_rate(cfg: ArrivalsConfig, steps: int, step_ms: int,
 
 
 def _trace_counts(path: Path, cfg: ArrivalsConfig, steps: int, dt_s: float) -> np.ndarray:
-    """One row per request -> counts per step, scaled to ``mean_rps`` by cumulative rounding."""
+    """One row per request -> counts per step, scaled to ``mean_rps`` by cumulative rounding.
+
+    The trace is counted per ``bin_s`` and each bin's requests spread evenly over its steps.
+    Scaling repeats every recorded request (the Azure trace's 5 requests/s at 200 is 36
+    copies each), and counted per 100 ms step the copies of one request arrived in the same
+    step: 61% of `azure_steady_tight`'s steps were empty and the rest held 36 or more, a
+    clump no larger population of independent callers makes, and the replicas' surge rule
+    (a 100 ms window) refused the extras of 26% of the ranking requests there as a burst. A
+    second keeps what the trace says about load (its one-second bursts) without the clumps.
+    """
     header, rows = _rows(path)
     col = _column(path, header, cfg.time_column)
     times = np.sort(parse_times_s([row[col] for row in rows], cfg.time_format, path))
     if len(times) < 2:
         raise ScenarioError(f"{path}: a trace needs at least two requests")
     times -= times[0]
-    span = times[-1] + dt_s
-    native = np.bincount((times // dt_s).astype(np.int64),
-                         minlength=math.ceil(span / dt_s)).astype(np.float64)
-    scale = cfg.mean_rps / (len(times) / span)
+    per = max(1, round(cfg.bin_s / dt_s))
+    bins = math.ceil((times[-1] + dt_s) / (per * dt_s))
+    binned = np.bincount((times // (per * dt_s)).astype(np.int64), minlength=bins)
+    native = np.repeat(binned.astype(np.float64) / per, per)
+    scale = cfg.mean_rps / (len(times) / (len(native) * dt_s))
     offset = int(cfg.offset_s / dt_s) % len(native)
     reps = math.ceil((offset + steps) / len(native))
     expected = np.tile(native, reps)[offset:offset + steps] * scale

@@ -50,6 +50,26 @@ def test_far_under_the_sla_extras_double_up_to_the_budget() -> None:
     assert 120 <= near <= 130
 
 
+def test_once_the_tail_reached_the_aim_slow_start_stops_at_half_that_output() -> None:
+    policy = RmaPolicy(CONFIG)
+    climb = [policy.step([stats(30.0)], BIG_BUDGET, 10.0).extra_candidates for _ in range(4)]
+    assert climb == [10, 20, 40, 80]
+    cut = policy.step([stats(90.0)], BIG_BUDGET, 10.0).extra_candidates   # past the 80 ms aim
+    assert cut < 80 and policy.state.threshold == pytest.approx(40.0)
+    after = [policy.step([stats(30.0)], BIG_BUDGET, 10.0).extra_candidates for _ in range(3)]
+    assert all(b - a <= 10 for a, b in itertools.pairwise([cut, *after]))  # the PID's step
+
+
+def test_a_reclaim_lets_slow_start_double_again() -> None:
+    policy = RmaPolicy(CONFIG)
+    for p99 in (30.0, 30.0, 30.0, 30.0, 90.0):
+        policy.step([stats(p99)], BIG_BUDGET, 10.0)
+    policy.clamp(1_000.0, 100.0)                                 # a notice: 10 per request
+    assert policy.state.threshold is None
+    again = [policy.step([stats(30.0)], BIG_BUDGET, 10.0).extra_candidates for _ in range(2)]
+    assert again == [69, 138]           # back to the held point, then doubling past 40 again
+
+
 def test_slow_start_off_keeps_the_pid_step() -> None:
     policy = RmaPolicy(msgspec.structs.replace(CONFIG, slow_start_below=0.0))
     extras = [policy.step([stats(30.0)], BIG_BUDGET, 10.0).extra_candidates for _ in range(4)]
@@ -119,6 +139,19 @@ def test_budget_caps_extra_work_per_request() -> None:
     assert target.extra_candidates == 5                      # 5 * 400 rps <= 2000/s
     assert target.extra_candidates * 400.0 <= target.budget_units_per_s
     assert policy.pid.state.integral <= 5.0                  # no windup behind the cap
+
+
+def test_the_budget_issued_is_what_the_target_spends_at_the_settled_rate() -> None:
+    """A burst shares the budget (the clients' buckets) rather than each request taking the
+    whole target: the extra work stays level while the arrivals swing."""
+    policy = RmaPolicy(CONFIG)
+    for _ in range(30):
+        steady = policy.step([stats(10.0, rate=100.0)], BIG_BUDGET, 10.0)
+    assert steady.extra_candidates == 200 and steady.budget_units_per_s == 200 * 100.0
+    burst = policy.step([stats(10.0, rate=300.0)], BIG_BUDGET, 10.0)
+    assert burst.extra_candidates == 200 and burst.budget_units_per_s == 200 * 100.0
+    scarce = policy.step([stats(10.0, rate=100.0)], 5_000.0, 10.0)
+    assert scarce.budget_units_per_s == 5_000.0              # never more than the allocator's
 
 
 def test_a_burst_of_one_period_does_not_cut_the_budget_cap_to_a_sliver() -> None:

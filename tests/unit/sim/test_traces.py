@@ -34,7 +34,25 @@ def test_azure_trace_drives_arrivals_at_its_own_rate_exactly() -> None:
     cfg = ArrivalsConfig(kind="trace", path=AZURE, mean_rps=len(lines) / span_s)
     counts = arrival_counts(cfg, steps=int(span_s * 10), step_ms=100, base=REPO, rng=_rng())
     assert abs(int(counts.sum()) - len(lines)) <= 1
-    assert counts.max() > 5 * counts.mean()   # bursty, not Poisson-smooth
+    per_s = counts[:len(counts) // 10 * 10].reshape(-1, 10).sum(axis=1)
+    recorded = np.bincount((times - times.min()).astype(np.int64))[:len(per_s)]
+    assert np.abs(np.cumsum(per_s) - np.cumsum(recorded)).max() <= 1
+
+
+def test_a_scaled_trace_spreads_each_seconds_copies_over_its_steps() -> None:
+    """Scaled 36x, the copies of one recorded request do not arrive in one 100 ms step."""
+    cfg = ArrivalsConfig(kind="trace", path=AZURE, mean_rps=200.0)
+    counts = arrival_counts(cfg, steps=6000, step_ms=100, base=REPO, rng=_rng())
+    per_s = counts.reshape(-1, 10)
+    assert (per_s.max(axis=1) - per_s.min(axis=1)).max() <= 1
+    assert per_s.sum(axis=1).max() > 2 * per_s.sum(axis=1).mean()   # the bursts stay
+
+
+def test_a_trace_binned_at_the_step_keeps_each_request_in_its_step() -> None:
+    lines = (REPO / AZURE).read_text().splitlines()[1:]
+    cfg = ArrivalsConfig(kind="trace", path=AZURE, mean_rps=200.0, bin_s=0.1)
+    counts = arrival_counts(cfg, steps=6000, step_ms=100, base=REPO, rng=_rng())
+    assert len(lines) > 1000 and (counts == 0).mean() > 0.5   # clumps of copies, gaps between
 
 
 def test_azure_trace_scales_to_the_target_mean_rate_and_keeps_its_shape() -> None:
