@@ -293,7 +293,7 @@ class SimWorker:
         adm = self.admission
         allowance = self.policy.allow_extra(self.policy.current(now), extra)
         if allowance.new_budget is not None:
-            adm.set_budget(allowance.new_budget, now)
+            adm.set_budget(allowance.new_budget, now, allowance.banked_units)
         allowed = allowance.allowed
         if allowance.refused is not None:
             adm.count_shed(allowance.refused, extra - allowed)

@@ -102,9 +102,10 @@ CASES: tuple[Case, ...] = (
         Report())),
     Case("held targets lapse at their TTL", (
         Targets(1, ttl_ms=1_000), Rank(2, 3), Wait(1_500), Rank(2, 3), Report())),
-    Case("budget: this replica's share of the fleet budget, spent ahead one second", (
+    Case("budget: this replica's share of the fleet budget, banked for a second or five "
+         "requests' worth of the target, whichever is more", (
         Targets(1, extra=8, budget=40.0), Rank(2, 8), Rank(2, 8), Rank(2, 8), Rank(2, 8),
-        Wait(500), Rank(2, 8), Report()), budget_share=0.5),
+        Rank(2, 8), Rank(2, 8), Wait(500), Rank(2, 8), Report()), budget_share=0.5),
     Case("notices: another replica's, mine, a duplicate, then resume on newer targets", (
         Targets(1, extra=4), Rank(3, 4),
         Notice("n-other", replicas=("eu1-w9",)), Rank(3, 4),

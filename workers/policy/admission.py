@@ -170,9 +170,11 @@ class Admission(Generic[T]):
         """Count optional units shed for a reason decided elsewhere (e.g. stale targets)."""
         self._shedding.count(reason, units)
 
-    def set_budget(self, units_per_s: float | None, now_ms: int) -> None:
-        """Optional units per second this worker may admit; None lifts the limit."""
-        self._budget.set_rate(units_per_s, now_ms)
+    def set_budget(self, units_per_s: float | None, now_ms: int,
+                   floor_units: float = 0.0) -> None:
+        """Optional units per second this worker may admit; None lifts the limit.
+        ``floor_units``: the least the budget may bank (``ExtraAllowance.banked_units``)."""
+        self._budget.set_rate(units_per_s, now_ms, floor_units)
 
     # -- serving ---------------------------------------------------------------------------------
 

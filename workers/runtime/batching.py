@@ -253,9 +253,9 @@ class Batcher:
         with self._cond:
             self.admission.resume()
 
-    def set_budget(self, units_per_s: float | None) -> None:
+    def set_budget(self, units_per_s: float | None, floor_units: float = 0.0) -> None:
         with self._cond:
-            self.admission.set_budget(units_per_s, self._now())
+            self.admission.set_budget(units_per_s, self._now(), floor_units)
 
     def fit_optional(self, units: int) -> int:
         """Of `units` divisible optional units, those that fit under admission's delay bound

@@ -105,7 +105,7 @@ class Serving:
         with self._targets_lock:
             allowance = self.policy.allow_extra(effective, extra_n)
         if allowance.new_budget is not None:
-            self.batcher.set_budget(allowance.new_budget)
+            self.batcher.set_budget(allowance.new_budget, allowance.banked_units)
         allowed, refusal = allowance.allowed, allowance.refused
         try:
             base_fut = self.batcher.submit_baseline(rows.take(0, base_n)) if base_n else None

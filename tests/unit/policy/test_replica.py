@@ -51,6 +51,16 @@ def test_the_budget_is_this_replicas_share_and_reported_only_when_it_changes() -
     assert policy.allow_extra(policy.current(3), 1).new_budget == 200.0
 
 
+def test_the_budget_banks_five_requests_worth_of_the_target_and_follows_it() -> None:
+    policy = _policy()
+    policy.offer(_targets(1, extra=8, budget=100.0), 0, admission_preempted=False)
+    first = policy.allow_extra(policy.current(1), 1)
+    assert (first.new_budget, first.banked_units) == (100.0, 40.0)
+    policy.offer(_targets(2, extra=4, budget=100.0), 2, admission_preempted=False)
+    moved = policy.allow_extra(policy.current(3), 1)
+    assert (moved.new_budget, moved.banked_units) == (100.0, 20.0)   # the same budget, resent
+
+
 def test_no_extra_requested_decides_nothing() -> None:
     policy = _policy()
     policy.offer(_targets(1), 0, admission_preempted=False)
