@@ -275,8 +275,9 @@ class RmaPolicy:
         allocator's budget is what the capacity could score. Issued whole, a burst of requests
         each took the full target, the extra work rose with the arrivals and p99 with it (the
         Azure trace's 5 s windows swing by a third: `azure_steady` broke two windows at
-        targets the loop had judged safe). Held to the spend, the clients' budget buckets
-        keep the extra work level through the burst, spread over more of its requests."""
+        targets the loop had judged safe). Held to the spend, the clients' and the workers'
+        budget buckets keep the extra work level through the burst, spread over more of its
+        requests (a worker's bucket banks a few requests' worth, ``BANKED_REQUESTS``)."""
         settled = max(self.settled_rate(rate), self.config.min_request_rate)
         spend = target.extra_candidates * settled
         if spend >= target.budget_units_per_s:
