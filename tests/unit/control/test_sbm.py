@@ -224,12 +224,20 @@ def test_coverage_cut_by_a_reclaim_returns_in_one_step_when_capacity_does() -> N
     assert SbmPolicy(slow, state).step([powerful(1000.0)], 40.0, 100.0, 25.0) == 0.4
 
 
-def test_a_powerful_pool_over_its_sla_forgets_the_held_coverage() -> None:
+def test_a_powerful_pool_over_its_sla_trims_the_held_coverage_as_it_trims_coverage() -> None:
     slow = msgspec.structs.replace(CONFIG, max_increase_per_period=0.01, slow_start_below=0.0)
     policy = SbmPolicy(slow, SbmState(coverage=0.4))
-    policy.clamp(10.0, 100.0)                                      # 0.08 left
+    policy.clamp(10.0, 100.0)                                      # 0.08 left, 0.4 held
     policy.step([powerful(10.0, p99_ms=300.0)], 40.0, 100.0, 25.0)  # over the SLA: trimmed
-    assert policy.step([powerful(1000.0)], 40.0, 100.0, 25.0) == pytest.approx(0.05)
+    assert policy.coverage == pytest.approx(0.04)
+    assert policy.step([powerful(1000.0)], 40.0, 100.0, 25.0) == pytest.approx(0.2)  # 0.4 x 0.5
+
+
+def test_a_powerful_pool_over_its_sla_with_nothing_held_has_nothing_to_return_to() -> None:
+    slow = msgspec.structs.replace(CONFIG, max_increase_per_period=0.01, slow_start_below=0.0)
+    policy = SbmPolicy(slow, SbmState(coverage=0.4))
+    policy.step([powerful(1000.0, p99_ms=300.0)], 40.0, 100.0, 25.0)  # trimmed to 0.2
+    assert policy.step([powerful(1000.0)], 40.0, 100.0, 25.0) == pytest.approx(0.21)
 
 
 def test_over_its_sla_the_powerful_pool_sheds_its_requests_extras_before_coverage() -> None:
