@@ -88,7 +88,15 @@ def admin(settings: KafkaSettings | Mapping[str, Any], **extra: Any) -> AdminCli
 # -- partitions and assignment --------------------------------------------------------------------
 
 class TopicUnavailable(LookupError):
-    """A topic that does not exist (yet), has an error in its metadata, or has no partitions."""
+    """A topic that does not exist (yet), has an error in its metadata, or has no partitions.
+
+    ``missing``: the broker said the topic does not exist. Only then does the topic hold
+    nothing; any other metadata error (a leader being elected while a broker is down) says
+    nothing about what the topic holds, so a reader of stored state retries it."""
+
+    def __init__(self, message: str, *, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 def partitions(client: Consumer | AdminClient, topic: str, timeout_s: float) -> list[int]:
@@ -99,9 +107,10 @@ def partitions(client: Consumer | AdminClient, topic: str, timeout_s: float) -> 
     """
     meta = client.list_topics(topic, timeout=timeout_s).topics.get(topic)
     if meta is None:
-        raise TopicUnavailable(f"topic {topic} does not exist")
+        raise TopicUnavailable(f"topic {topic} does not exist", missing=True)
     if meta.error is not None:
-        raise TopicUnavailable(f"topic {topic}: {meta.error}")
+        missing = meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        raise TopicUnavailable(f"topic {topic}: {meta.error}", missing=missing)
     if not meta.partitions:
         raise TopicUnavailable(f"topic {topic} has no partitions")
     return sorted(meta.partitions)

@@ -26,8 +26,10 @@ def read_changelog(kafka: KafkaSettings, topic: str, partitions: list[int],
                    timeout_s: float = 60.0) -> dict[str, bytes]:
     """Latest value per key in `partitions` of `topic`, read from the start to the high mark.
 
-    Blocking (run it in a thread). A topic that does not exist yet holds no state. Errors of a
-    settling cluster are retried until `timeout_s`; then, or on any other error, it raises.
+    Blocking (run it in a thread). A topic that does not exist yet holds no state; one whose
+    metadata has any other error raises ``TopicUnavailable`` (its state is there, unread).
+    Errors of a settling cluster are retried until `timeout_s`; then, or on any other error,
+    it raises.
     """
     latest: dict[str, bytes] = {}
 
@@ -60,8 +62,10 @@ def replay_changelog(kafka: KafkaSettings, topic: str, starts: dict[int, int | N
     try:
         try:
             kafka_clients.partitions(consumer, topic, timeout_s)
-        except TopicUnavailable:
-            return {}
+        except TopicUnavailable as exc:
+            if exc.missing:
+                return {}
+            raise
         todo: dict[int, int] = {}
         assign = []
         for p, start in starts.items():

@@ -55,6 +55,7 @@ from schemas.contract import (
     OutcomeLabel,
     WindowPartial,
 )
+from schemas.kafka_clients import KafkaException, TopicUnavailable
 from schemas.kafka_config import KafkaSettings
 from schemas.keywatch import KeyReloader
 from schemas.topics import scope_partition
@@ -80,6 +81,9 @@ from streams.scopes import ScopeRegistry
 from streams.settings import ControlPlaneSettings
 
 log = logging.getLogger(__name__)
+
+#: Longest wait between two tries at reading the stored state back (``_read_state``).
+RESTORE_RETRY_MAX_S = 5.0
 
 
 def internal_topics(kafka: KafkaSettings, settings: ControlPlaneSettings) -> tuple[str, str]:
@@ -388,8 +392,7 @@ class ControlPlane:
         self.health.on_assigned(partitions, fresh)
         try:
             await self.changelog.maybe_declare()  # nobody subscribes to it, so Faust won't
-            stored = await asyncio.to_thread(read_changelog, self.kafka,
-                                             self.changelog.get_topic_name(), fresh)
+            stored = await self._read_state(fresh)
             for scope, reason in self.registry.restore(stored, fresh).items():
                 self.metrics.restore_skipped.inc()
                 log.error("state of scope %s not restored (starts afresh): %s", scope, reason)
@@ -404,6 +407,26 @@ class ControlPlane:
                 self._restoring.pop(p).set()
             if not self._restoring:
                 self.health.on_restored()
+
+    async def _read_state(self, partitions: list[int]) -> dict[str, bytes]:
+        """The stored state of ``partitions``, read however long the broker takes to answer.
+
+        A failed read is retried, never taken for empty state: a scope started afresh restarts
+        its epoch at 1, every worker refuses targets below the epoch it holds, and none reach
+        them until the count passes it again (`surplus chaos --seed 2`: a restart while a
+        broker was down restarted the epochs from 1,162 and stopped the targets for 483 s).
+        The partitions stay unready meanwhile, so no tick runs on a state not yet read."""
+        topic = self.changelog.get_topic_name()
+        attempt = 0
+        while True:
+            try:
+                return await asyncio.to_thread(read_changelog, self.kafka, topic, partitions)
+            except (KafkaException, TopicUnavailable) as exc:
+                attempt += 1
+                self.metrics.restore_retries.inc()
+                log.error("state of partitions %s not read (attempt %d, retrying): %s",
+                          partitions, attempt, exc)
+                await asyncio.sleep(min(RESTORE_RETRY_MAX_S, 0.5 * attempt))
 
     async def _on_shutdown(self, app: faust.App, **_: Any) -> None:
         """Deliver the pending changelog's queued records before the process ends."""
