@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import faust
 import msgspec
@@ -82,8 +83,9 @@ from streams.settings import ControlPlaneSettings
 
 log = logging.getLogger(__name__)
 
-#: Longest wait between two tries at reading the stored state back (``_read_state``).
+#: Longest wait between two tries at reading stored state back (``_until_read``).
 RESTORE_RETRY_MAX_S = 5.0
+T = TypeVar("T")
 
 
 def internal_topics(kafka: KafkaSettings, settings: ControlPlaneSettings) -> tuple[str, str]:
@@ -392,14 +394,17 @@ class ControlPlane:
         self.health.on_assigned(partitions, fresh)
         try:
             await self.changelog.maybe_declare()  # nobody subscribes to it, so Faust won't
-            stored = await self._read_state(fresh)
+            topic = self.changelog.get_topic_name()
+            stored = await self._until_read(f"state of partitions {fresh}", functools.partial(
+                read_changelog, self.kafka, topic, fresh))
             for scope, reason in self.registry.restore(stored, fresh).items():
                 self.metrics.restore_skipped.inc()
                 log.error("state of scope %s not restored (starts afresh): %s", scope, reason)
             if fresh:
                 await self.pending_topic.maybe_declare()
                 started = time.monotonic()
-                read = await asyncio.to_thread(self.pending.restore, fresh)
+                read = await self._until_read(f"pending decisions of partitions {fresh}",
+                                              functools.partial(self.pending.restore, fresh))
                 log.info("pending decisions of partitions %s: %d changelog entries read in "
                          "%.1f s", fresh, read, time.monotonic() - started)
         finally:
@@ -408,24 +413,23 @@ class ControlPlane:
             if not self._restoring:
                 self.health.on_restored()
 
-    async def _read_state(self, partitions: list[int]) -> dict[str, bytes]:
-        """The stored state of ``partitions``, read however long the broker takes to answer.
-
-        A failed read is retried, never taken for empty state: a scope started afresh restarts
-        its epoch at 1, every worker refuses targets below the epoch it holds, and none reach
-        them until the count passes it again (`surplus chaos --seed 2`: a restart while a
-        broker was down restarted the epochs from 1,162 and stopped the targets for 483 s).
-        The partitions stay unready meanwhile, so no tick runs on a state not yet read."""
-        topic = self.changelog.get_topic_name()
+    async def _until_read(self, what: str, read: Callable[[], T]) -> T:
+        """Run the blocking ``read`` of stored state until it succeeds, however long the broker
+        takes to answer; the partitions stay unready meanwhile, so no tick runs on a state not
+        yet read. A failed read is never taken for empty state: a scope started afresh
+        restarts its epoch at 1, every worker refuses targets below the epoch it holds, and
+        none reach them until the count passes it again (`surplus chaos --seed 2`: a restart
+        while a broker was down restarted the epochs from 1,162 and stopped the targets for
+        483 s); pending decisions not read back become orphans. Both are safe to repeat: the
+        state is read afresh each time, the pending decisions are written by key."""
         attempt = 0
         while True:
             try:
-                return await asyncio.to_thread(read_changelog, self.kafka, topic, partitions)
+                return await asyncio.to_thread(read)
             except (KafkaException, TopicUnavailable) as exc:
                 attempt += 1
                 self.metrics.restore_retries.inc()
-                log.error("state of partitions %s not read (attempt %d, retrying): %s",
-                          partitions, attempt, exc)
+                log.error("%s not read (attempt %d, retrying): %s", what, attempt, exc)
                 await asyncio.sleep(min(RESTORE_RETRY_MAX_S, 0.5 * attempt))
 
     async def _on_shutdown(self, app: faust.App, **_: Any) -> None:

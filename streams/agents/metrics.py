@@ -114,8 +114,9 @@ class Metrics:
                                        "Stored scope states that could not be restored",
                                        registry=self.registry)
         self.restore_retries = Counter("surplus_control_restore_retries_total",
-                                       "Reads of the stored scope state that failed and were "
-                                       "tried again (the partitions stay unready meanwhile)",
+                                       "Reads of stored state (scope states, pending "
+                                       "decisions) that failed and were tried again (the "
+                                       "partitions stay unready meanwhile)",
                                        registry=self.registry)
         self.ticks_skipped = Counter("surplus_control_ticks_skipped_total",
                                      "Ticks not acted on, by reason", ["reason"],

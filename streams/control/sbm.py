@@ -279,8 +279,7 @@ class SbmPolicy:
         the cut, which a lent pool run full keeps at the SLA's edge; forgetting the held
         coverage there left the return to climb from nothing (`preemption_storm_tight`: 35 s
         back to the coverage the hindsight oracle holds, 8% of the run's value)."""
-        held = self._held
-        self._held = held * self.config.trim_factor if held > self.coverage else 0.0
+        self._held *= self.config.trim_factor   # 0 where nothing is held
 
     def _hold(self, cap: float) -> None:
         """Capacity is about to cut coverage: remember the coverage it had reached."""
