@@ -45,9 +45,13 @@ class SimClient(Protocol):
         ...
 
     def observe(self, state: ServerState | None, now: int, error: str | None = None,
-                model: Model = "baseline") -> None:
+                model: Model = "baseline", replica: str | None = None) -> None:
         """A worker's load signals on an answer (None with ``error``: no answer), which the
-        client-side shedding reacts to within a request."""
+        client-side shedding reacts to within a request; ``replica``: the worker's id."""
+        ...
+
+    def fit_to_replica(self, replica: str, extra: int) -> int:
+        """How many of a request's ``extra`` candidates to send ranking ``replica``."""
         ...
 
     def learn(self, segment: str, model: str, value: float) -> None:
@@ -82,8 +86,11 @@ class SurplusClient:
         self.decider.offer(targets, now)
 
     def observe(self, state: ServerState | None, now: int, error: str | None = None,
-                model: Model = "baseline") -> None:
-        self.decider.observe(state, now, error=error, model=model)
+                model: Model = "baseline", replica: str | None = None) -> None:
+        self.decider.observe(state, now, error=error, model=model, replica=replica)
+
+    def fit_to_replica(self, replica: str, extra: int) -> int:
+        return self.decider.fit_to_replica(replica, extra)
 
     def learn(self, segment: str, model: str, value: float) -> None:
         self.decider.router.observe(segment, model, value)  # type: ignore[arg-type]
@@ -129,9 +136,12 @@ class NaiveClient:
         self.targets.offer(targets, now)
 
     def observe(self, state: ServerState | None, now: int, error: str | None = None,
-                model: Model = "baseline") -> None:
+                model: Model = "baseline", replica: str | None = None) -> None:
         if error is not None:
             self._bump("errors", error)
+
+    def fit_to_replica(self, replica: str, extra: int) -> int:
+        return extra    # greedy: every replica is sent all it is offered
 
     def learn(self, segment: str, model: str, value: float) -> None:
         return None

@@ -258,7 +258,8 @@ class Simulation:
             for worker in state.workers():
                 worker.advance(end)
             for worker in sorted(state.served_this_step, key=lambda w: w.worker_id):
-                state.client.observe(worker.server_state(end), end, model=worker.pool.model)
+                state.client.observe(worker.server_state(end), end, model=worker.pool.model,
+                                     replica=worker.worker_id)
             state.served_this_step.clear()
         self.capacity.account(t, end)
         self.requests.outcomes(end)

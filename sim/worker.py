@@ -339,7 +339,8 @@ class SimWorker:
         return ServerState(queue_delay_ms=max(0.0, adm.queue_delay_ms(int(now))),
                            in_flight=adm.queued_items,
                            shedding_level=adm.shedding_level(int(now)),
-                           preempted=adm.preempted or self.targets.preempted)
+                           preempted=adm.preempted or self.targets.preempted,
+                           optional_room=None if adm.whole_requests else adm.optional_room())
 
     # -- control messages --------------------------------------------------------------------
 

@@ -67,6 +67,10 @@ class RankHeader(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """What the client expects this request's optional work to add: a replica keeps optional
     work highest gain first and sheds it lowest first (absent: by ``value``). A worker that
     predates the field refuses it (400 naming it): upgrade workers before clients."""
+    report_room: bool = False
+    """Ask for ``ServerState.optional_room`` in the response. Only a client that asks is sent
+    it, so a client that predates the field, which refuses fields it does not know, keeps
+    reading a newer worker's responses."""
 
 
 class RankRequest(RankHeader, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -86,13 +90,19 @@ class RankRequest(RankHeader, frozen=True, forbid_unknown_fields=True, kw_only=T
         return len(self.candidates) - self.base_count
 
 
-class ServerState(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class ServerState(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True,
+                  omit_defaults=True):
     """What the worker tells each caller about its load, so clients can shed on their own."""
 
     queue_delay_ms: NonNegFloat
     in_flight: NonNegInt
     shedding_level: Annotated[int, Meta(ge=0, le=3)]
     preempted: bool = False
+    #: Extra candidates one request could queue under the delay bound now, sent to a request
+    #: that asks (``RankHeader.report_room``) to a replica that serves divisible extras. The
+    #: client sizes a request's extras to the replica it sends them to
+    #: (``workers.policy.replica_room``).
+    optional_room: NonNegInt | None = None
 
 
 class RankResponse(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -71,6 +71,17 @@ async def test_with_targets_extras_are_scored_up_to_the_target(running: Running)
     assert raw["shed_reason"] == "over_target"
 
 
+async def test_the_room_for_extras_is_said_to_a_request_that_asks_and_to_no_other(
+        running: Running) -> None:
+    worker, client = running
+    assert worker.offer_targets(targets(epoch=1, extra=4)).accepted
+    _, plain = await post(client, body(3, 2))
+    assert "optional_room" not in plain["server"]
+    asked_for = msgspec.structs.replace(rank_request(3, 2), report_room=True)
+    _, asked = await post(client, encode(asked_for))
+    assert asked["server"]["optional_room"] > 0     # an idle replica has room
+
+
 async def test_scores_match_the_model_in_request_order(running: Running) -> None:
     worker, client = running
     worker.offer_targets(targets(epoch=1, extra=8))
@@ -106,7 +117,7 @@ async def test_newer_targets_after_preemption_resume_optional_work(running: Runn
     assert not stale.accepted  # issued before the preemption: must not switch work back on
     assert worker.offer_targets(targets(epoch=3, issued_at_ms=wall_ms() + 5)).accepted
     _, raw = await post(client, body(2, 2))
-    assert raw["optional_scored"] == 2 and raw["server"]["preempted"] is False
+    assert raw["optional_scored"] == 2 and "preempted" not in raw["server"]   # false: left out
     # The same notice read again (a consumer restart) must not stop work a second time.
     assert worker.on_preemption(first) == "duplicate"
     assert (await post(client, body(2, 2)))[1]["optional_scored"] == 2
@@ -181,7 +192,7 @@ async def test_malformed_requests_get_4xx_naming_the_problem_and_serving_goes_on
     got, raw = await post(client, payload)
     assert got == status
     assert named in raw["error"]
-    assert set(raw["server"]) == {"queue_delay_ms", "in_flight", "shedding_level", "preempted"}
+    assert set(raw["server"]) == {"queue_delay_ms", "in_flight", "shedding_level"}
     ok, _ = await post(client, body(2, 0))
     assert ok == 200
 
@@ -310,7 +321,7 @@ async def test_unknown_content_type_gets_415_naming_it_and_what_to_send(
     error = json.loads(raw)
     assert (status, ctype) == (415, JSON_TYPE)
     assert "'text/csv'" in error["error"] and MSGPACK_TYPE in error["error"]
-    assert set(error["server"]) == {"queue_delay_ms", "in_flight", "shedding_level", "preempted"}
+    assert set(error["server"]) == {"queue_delay_ms", "in_flight", "shedding_level"}
     assert (await post(client, body(2, 0)))[0] == 200
     assert worker.metrics.requests.labels("bad_request")._value.get() == 1.0
 

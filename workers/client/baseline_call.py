@@ -18,12 +18,16 @@ import msgspec
 from workers.api import RankRequest, RankResponse
 from workers.client.result import RankingError
 from workers.client.transport import RETRY_ON_ANOTHER_REPLICA, CallFailed, Transport
+from workers.policy.admission import marginal_extra_value
 from workers.policy.baseline_retry import BaselineRetry
 from workers.wire import FeatureValue
 
 #: One call to a replica of the baseline pool: (request, timeout_s, features, url).
 BaselineSend = Callable[[RankRequest, float, Mapping[str, FeatureValue] | None, str | None],
                         Awaitable[RankResponse]]
+#: How many of a request's extra candidates one replica is sent: (replica url, extras, whether
+#: this is the request's first call, whose cut is counted) -> extras (``Decider.fit_to_replica``).
+FitExtras = Callable[[str, int, bool], int]
 
 
 def after_fallback(request: RankRequest, started: float) -> RankRequest:
@@ -35,9 +39,20 @@ def after_fallback(request: RankRequest, started: float) -> RankRequest:
         deadline_ms=max(left_ms, 1.0))
 
 
+def sized_for(request: RankRequest, extra: int) -> RankRequest:
+    """``request`` with only its first ``extra`` extra candidates, and the expected gain of
+    its last one (what a replica orders optional work by)."""
+    if extra >= request.optional_count:
+        return request
+    return msgspec.structs.replace(
+        request, candidates=request.candidates[:request.base_count + extra],
+        gain=marginal_extra_value(extra) if extra else None)
+
+
 async def call_baseline(request: RankRequest, features: Mapping[str, FeatureValue] | None, *,
                         call: BaselineSend, transport: Transport, retry: BaselineRetry,
-                        hung_s: float, bump: Callable[[str, str], None]) -> RankResponse:
+                        hung_s: float, bump: Callable[[str, str], None],
+                        fit: FitExtras | None = None) -> RankResponse:
     """Serve ``request`` from the baseline pool, retrying and hedging it on other replicas.
 
     :param call: one call to a replica (the client's, which feeds client-side shedding).
@@ -45,6 +60,7 @@ async def call_baseline(request: RankRequest, features: Mapping[str, FeatureValu
     :param retry: the hedge delay and budget, and how long a beaten replica is skipped.
     :param hung_s: how long one call may take before it counts as failed.
     :param bump: counts a retry, a hedge or the failure, by class and reason.
+    :param fit: sizes the extras each call carries to the replica it goes to (None: all).
     :raise RankingError: every replica it could be retried on failed (the last reason).
     """
     retry.request()
@@ -65,6 +81,8 @@ async def call_baseline(request: RankRequest, features: Mapping[str, FeatureValu
             request, deadline_ms=max(left_ms, 1.0))
         url = transport.pick("baseline", tried)
         if url is not None:
+            if fit is not None and sent.optional_count:
+                sent = sized_for(sent, fit(url, sent.optional_count, not tried))
             tried.append(url)
         flights[asyncio.ensure_future(call(sent, hung_s, features, url))] = (url, now)
         wait_ms = retry.hedge_after_ms(left_ms, replicas - len(tried))

@@ -232,7 +232,7 @@ class RankingClient:
         request = RankRequest(request_id=request_id, segment=segment,
                               value=value, deadline_ms=deadline, dense=list(dense),
                               candidates=list(candidates[:base_count + decision.extra]),
-                              base_count=base_count, gain=decision.gain)
+                              base_count=base_count, gain=decision.gain, report_room=True)
         fell_back = None
         if decision.model == "powerful":
             response, fell_back = await self._calls.powerful(request, started, deadline,

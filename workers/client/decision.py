@@ -15,6 +15,7 @@ from workers.client.config import ClientConfig
 from workers.policy.admission import marginal_extra_value
 from workers.policy.client_shed import BudgetBucket, ClientShedder, ServerSignals, extra_candidates
 from workers.policy.holdout import in_holdout
+from workers.policy.replica_room import ReplicaRooms
 from workers.policy.routing import Model, SbmRouter
 from workers.policy.targets import EffectiveTargets, TargetState, TargetVerdict
 
@@ -67,6 +68,9 @@ class Decider:
             "baseline": ClientShedder(config.shed),
             "powerful": ClientShedder(config.shed, judge_queue_delay=False)}
         self.budget = BudgetBucket(0.0, 0.0)
+        #: Each ranking replica's recent room for extras: a request's extras are sized to the
+        #: replica it goes to (``fit_to_replica``).
+        self.rooms = ReplicaRooms()
         self.counters: Counters = {}
         #: SBM routing is on when there are powerful replicas to route to: a fixed list, or
         #: those announced on the replicas topic (membership).
@@ -121,9 +125,24 @@ class Decider:
                         gain=marginal_extra_value(extra) if extra else None)
 
     def observe(self, state: ServerSignals | None, now_ms: int, *,
-                error: str | None = None, model: Model = "baseline") -> None:
-        """A replica of pool `model` answered (or did not): feed that pool's allowance."""
+                error: str | None = None, model: Model = "baseline",
+                replica: str | None = None) -> None:
+        """A replica of pool `model` answered (or did not): feed that pool's allowance, and
+        (``replica`` named, ranking pool) what it said it has room for."""
         self.shedders[model].observe(state, now_ms, error=error)
+        if state is not None and replica is not None and model == "baseline":
+            self.rooms.observe(replica, state.optional_room)
+
+    def fit_to_replica(self, replica: str, extra: int, counted: bool = True) -> int:
+        """How many of a request's ``extra`` candidates to send ranking ``replica``: no more
+        than it had room for lately (``ReplicaRooms``). The cut is counted as ``room`` once
+        per request (``counted``: not again for a hedge). Its budget is not given back, as
+        extras a replica trims are not: the next requests would carry them at once, into the
+        moment that had no room (docs/client.md)."""
+        kept = self.rooms.fit(replica, extra)
+        if kept < extra and counted:
+            self.bump("rma_shed", "room", extra - kept)
+        return kept
 
     def shed_counters(self) -> dict[str, dict[str, int]]:
         """Each pool's client-side cuts by reason (pools that never cut are left out)."""
@@ -167,6 +186,8 @@ class Decider:
         """A targets message arrived (from the feed): apply it if it is trustworthy."""
         verdict = self.targets.offer(targets, now_ms)
         if verdict.accepted:
+            if targets.reason == "period":
+                self.rooms.new_period()
             self._on_targets(self.targets.current(now_ms), now_ms)
         return verdict
 

@@ -52,7 +52,7 @@ class PoolCalls:
         except CallFailed as failed:
             self.decider.observe(None, self._clock(), error=failed.reason, model=model)
             raise
-        self.decider.observe(response.server, self._clock(), model=model)
+        self.decider.observe(response.server, self._clock(), model=model, replica=url)
         return response
 
     async def powerful(self, request: RankRequest, started: float, deadline_ms: float,
@@ -130,7 +130,7 @@ class PoolCalls:
                                    call=functools.partial(self.call, "baseline"),
                                    transport=self.transport, retry=self.retry,
                                    hung_s=self.config.baseline_timeout_ms / 1000.0,
-                                   bump=self.decider.bump)
+                                   bump=self.decider.bump, fit=self.decider.fit_to_replica)
 
 
 async def _cancel(*calls: asyncio.Future[RankResponse] | None) -> None:

@@ -323,6 +323,7 @@ class Admission(Generic[T]):
             ms_per_unit=self.service.per_unit_ms,
             batch_overhead_ms=self.service.overhead_ms,
             shed_units=dict(self.shed_units),
+            optional_room=None if self.whole_requests else self.optional_room(),
         )
 
     # -- internals -------------------------------------------------------------------------------

@@ -35,6 +35,9 @@ class AdmissionState:
     ms_per_unit: float
     batch_overhead_ms: float
     shed_units: dict[str, int] = field(default_factory=dict)
+    #: Optional units one request could queue now (``Admission.optional_room``); None where
+    #: optional work comes in whole requests, which have no divisible room.
+    optional_room: int | None = None
 
 
 def shedding_level(delay_ms: float, bound_ms: float, fractions: tuple[float, float]) -> int:

@@ -46,7 +46,7 @@ class Serving:
 
     def __init__(self, model_name: ModelKind, policy: ReplicaPolicy, batcher: Batcher,
                  window: TelemetryWindow, metrics: WorkerMetrics,
-                 targets_lock: threading.Lock, server_state: Callable[[], ServerState]) -> None:
+                 targets_lock: threading.Lock, server_state: Callable[[bool], ServerState]) -> None:
         self.model_name = model_name
         self.policy = policy
         self.batcher = batcher
@@ -95,7 +95,8 @@ class Serving:
         return RankResponse(
             request_id=req.request_id, model=self.model_name, scores=scores.tolist(),
             scored=kept, optional_scored=kept - base_n, optional_shed=n - kept,
-            shed_reason="overload" if kept < n else None, server=self._server_state())
+            shed_reason="overload" if kept < n else None,
+            server=self._server_state(req.report_room))
 
     async def split(self, req: RequestBody, rows: Rows, effective: EffectiveTargets,
                     started: float) -> RankResponse:
@@ -154,7 +155,7 @@ class Serving:
             scored=len(scores), optional_scored=optional_done,
             optional_shed=extra_n - optional_done,
             shed_reason=shed_reason if optional_done < extra_n else None,
-            server=self._server_state())
+            server=self._server_state(req.report_room))
 
 
 def discard(fut: asyncio.Future[Any] | None) -> None:

@@ -186,12 +186,14 @@ class Worker:
         except ShapeMismatch as exc:
             raise RequestError(str(exc)) from None
 
-    def server_state(self) -> ServerState:
+    def server_state(self, report_room: bool = False) -> ServerState:
+        """The load signals a response carries; its room for extras only when asked."""
         state = self.batcher.state()
         return ServerState(queue_delay_ms=max(0.0, state.queue_delay_ms), in_flight=self.in_flight,
                            shedding_level=state.shedding_level,
                            preempted=(state.preempted or self.targets.preempted
-                                      or self.policy.reclaimed(self.clock_ms())))
+                                      or self.policy.reclaimed(self.clock_ms())),
+                           optional_room=state.optional_room if report_room else None)
 
     # -- control (any thread) --------------------------------------------------------------------
 

@@ -95,6 +95,7 @@ class ColumnarRequest:
     sparse: np.ndarray
     dense: np.ndarray
     v: int = API_VERSION
+    report_room: bool = False
     #: The model's named features, raw msgpack (`model_rows` reads them by their kind).
     features: Mapping[str, msgspec.Raw] = field(default_factory=dict)
 
@@ -117,7 +118,8 @@ class ColumnarRequest:
         return RankRequest(v=self.v, request_id=self.request_id, segment=self.segment,
                            value=self.value, deadline_ms=self.deadline_ms,
                            base_count=self.base_count, gain=self.gain,
-                           dense=self.dense.tolist(), candidates=candidates,
+                           report_room=self.report_room, dense=self.dense.tolist(),
+                           candidates=candidates,
                            features=encode_features(
                                {k: any_feature(v, f"$.features.{k}")
                                 for k, v in self.features.items()}, "json"))
@@ -157,7 +159,8 @@ def decode_columnar_request(payload: bytes | bytearray | memoryview,
     return ColumnarRequest(v=wire.v, request_id=wire.request_id, segment=wire.segment,
                            value=wire.value, deadline_ms=wire.deadline_ms,
                            base_count=wire.base_count, gain=wire.gain, ids=ids, priors=priors,
-                           sparse=sparse, dense=dense, features=wire.features)
+                           sparse=sparse, dense=dense, features=wire.features,
+                           report_room=wire.report_room)
 
 
 def _column(name: str, array: Array) -> np.ndarray:
@@ -216,7 +219,7 @@ def encode_columnar_request(request: RankRequest,
     return MSGPACK_ENCODER.encode(MsgpackRankRequest(
         v=request.v, request_id=request.request_id, segment=request.segment,
         value=request.value, deadline_ms=request.deadline_ms, base_count=request.base_count,
-        gain=request.gain, ids=Array.of(ids.astype("<i8")),
+        gain=request.gain, report_room=request.report_room, ids=Array.of(ids.astype("<i8")),
         priors=Array.of(priors.astype("<f8")),
         sparse=Array.of(sparse.astype("<i4" if narrow else "<i8").reshape(n, width)),
         dense=Array.of(dense.astype("<f8")),

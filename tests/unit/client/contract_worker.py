@@ -32,6 +32,8 @@ class Worker:
     status: int = 200
     shedding_level: int = 0
     shed_optional: bool = False
+    #: The room for extras it reports to a request that asks (None: it says nothing).
+    room: int | None = None
     #: Answer in this encoding whatever Accept asks for (None: as Accept asks).
     answer: Encoding | None = None
     seen: list[RankRequest] = field(default_factory=list)
@@ -58,7 +60,8 @@ class Worker:
             optional_shed=len(request.candidates) - len(kept),
             shed_reason="overload" if self.shed_optional else None,
             server=ServerState(queue_delay_ms=0.5, in_flight=1,
-                               shedding_level=self.shedding_level))
+                               shedding_level=self.shedding_level,
+                               optional_room=self.room if request.report_room else None))
         return web.Response(body=encode_rank_response(response, answer),
                             content_type=CONTENT_TYPES[answer])
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
 from schemas.codec import ContractError
@@ -90,3 +91,17 @@ def test_response_with_out_of_range_shedding_level_names_it() -> None:
     body["server"]["shedding_level"] = 4
     with pytest.raises(ContractError, match=r"\$\.server\.shedding_level"):
         decode_response(json.dumps(body).encode())
+
+
+def test_room_is_left_out_of_a_response_unless_set_so_an_older_client_reads_it() -> None:
+    plain = json.loads(encode(_response()))["server"]
+    assert "optional_room" not in plain and "preempted" not in plain
+    with_room = msgspec.structs.replace(_response(), server=ServerState(
+        queue_delay_ms=0.0, in_flight=0, shedding_level=0, optional_room=12))
+    assert decode_response(encode(with_room)).server.optional_room == 12
+
+
+def test_a_request_asks_for_room_only_when_it_says_so() -> None:
+    assert decode_request(json.dumps(_request()).encode()).report_room is False
+    asked = decode_request(json.dumps(_request(report_room=True)).encode())
+    assert asked.report_room is True

@@ -10,9 +10,10 @@ from collections.abc import Mapping
 import pytest
 
 from workers.api import Candidate, RankRequest, RankResponse, ServerState
-from workers.client.baseline_call import after_fallback, call_baseline
+from workers.client.baseline_call import after_fallback, call_baseline, sized_for
 from workers.client.result import RankingError
 from workers.client.transport import CallFailed, Transport
+from workers.policy.admission import marginal_extra_value
 from workers.policy.baseline_retry import BaselineRetry, RetryConfig
 from workers.wire import FeatureValue
 
@@ -89,3 +90,35 @@ def test_a_fallback_sends_its_baseline_work_with_what_is_left_of_the_deadline() 
     assert [c.id for c in sent.candidates] == [0, 1]
     assert 1.0 <= sent.deadline_ms <= 70.0
     assert after_fallback(REQUEST, time.perf_counter() - 1.0).deadline_ms == 1.0
+
+
+async def test_each_call_carries_the_extras_its_replica_has_room_for() -> None:
+    pool = Pool({"http://a/v1/rank": "connection", "http://b/v1/rank": None})
+    sizes: list[tuple[str, int, bool]] = []
+    sent: list[int] = []
+
+    async def call(request: RankRequest, timeout_s: float,
+                   features: Mapping[str, FeatureValue] | None,
+                   url: str | None) -> RankResponse:
+        sent.append(request.optional_count)
+        return await pool.call(request, timeout_s, features, url)
+
+    def fit(url: str, extra: int, first: bool) -> int:
+        sizes.append((url, extra, first))
+        return 1 if url == "http://a/v1/rank" else extra
+
+    await call_baseline(REQUEST, None, call=call, transport=_transport(),
+                        retry=BaselineRetry(RetryConfig(), 100.0), hung_s=0.1,
+                        bump=pool.bump, fit=fit)
+    by_url = dict(zip(pool.calls, sent, strict=True))
+    assert by_url == {"http://a/v1/rank": 1, "http://b/v1/rank": 2}
+    assert sorted(first for _, _, first in sizes) == [False, True]   # one counted cut
+    assert all(extra == 2 for _, extra, _ in sizes)   # each sized from what was offered
+
+
+def test_a_request_sized_down_carries_its_last_extra_gain_and_fewer_candidates() -> None:
+    request = sized_for(REQUEST, 1)
+    assert (len(request.candidates), request.base_count) == (3, 2)
+    assert request.gain == marginal_extra_value(1)
+    assert sized_for(REQUEST, 0).gain is None
+    assert sized_for(REQUEST, 2) is REQUEST

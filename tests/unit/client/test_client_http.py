@@ -210,6 +210,25 @@ async def test_extras_a_ranking_replica_trimmed_still_spent_the_rma_budget(pools
     assert "refunded" not in client.decider.counters["rma_granted"]
 
 
+async def test_a_ranking_replica_is_sent_no_more_extras_than_it_said_it_had_room_for(
+        pools: Pools) -> None:
+    baseline, _, base_url, power_url = pools
+    baseline.room = 1
+    async with _client(base_url, power_url) as client:
+        client.apply_targets(targets(epoch=2, coverage=0.0, extra=4, budget=1e9,
+                                     issued_at_ms=client._clock()))
+        await asyncio.sleep(0.01)
+        first = await _rank(client)              # no period ended yet: not capped
+        client.apply_targets(targets(epoch=3, coverage=0.0, extra=4, budget=1e9,
+                                     issued_at_ms=client._clock()))
+        second = await _rank(client)
+    assert baseline.seen[0].report_room
+    assert (first.decision.extra, first.response.optional_scored) == (4, 4)
+    assert (second.decision.extra, second.response.optional_scored) == (4, 1)
+    assert len(baseline.seen[-1].candidates) == 3 + 1
+    assert client.decider.counters["rma_shed"]["room"] == 3
+
+
 async def test_requests_travel_as_msgpack_by_default_and_as_json_when_configured(
         pools: Pools) -> None:
     _, powerful, base_url, power_url = pools

@@ -176,3 +176,48 @@ def test_each_decision_carries_the_gain_replicas_shed_it_by() -> None:
     assert (few.extra, many.extra) == (4, 60)
     assert few.gain is not None and many.gain is not None and few.gain > many.gain
     assert ranking.decide("s", 0, T0 + 1_000).gain is None
+
+
+def _room(room: int) -> ServerState:
+    return ServerState(queue_delay_ms=0.0, in_flight=0, shedding_level=0, optional_room=room)
+
+
+def test_extras_are_sized_to_the_replica_room_once_a_period_has_ended() -> None:
+    decider = _decider(powerful=False, rma_burst_s=1.0)
+    decider.offer(targets(extra=64, budget=1e4), T0)
+    decider.observe(_room(20), T0, replica="http://a")
+    decider.observe(_room(80), T0, replica="http://b")
+    assert decider.fit_to_replica("http://a", 64) == 64      # no period ended yet
+    decider.offer(targets(epoch=2, issued_at_ms=T0 + 5_000, extra=64, budget=1e4), T0 + 5_000)
+    assert decider.fit_to_replica("http://a", 64) == 20
+    assert decider.fit_to_replica("http://b", 64) == 64
+    assert decider.counters["rma_shed"]["room"] == 44
+
+
+def test_extras_cut_for_room_are_not_given_back_to_the_budget() -> None:
+    decider = _decider(powerful=False, rma_burst_s=1.0)
+    decider.offer(targets(extra=64, budget=128.0), T0)
+    decider.observe(_room(0), T0, replica="http://a")
+    decider.offer(targets(epoch=2, issued_at_ms=T0 + 1, extra=64, budget=128.0), T0 + 1)
+    granted = decider.decide("s", 500, T0 + 1_000).extra
+    assert granted == 64
+    assert decider.fit_to_replica("http://a", granted) == 0
+    after = [decider.decide("s", 500, T0 + 1_000).extra for _ in range(2)]
+    assert after == [64, 0]       # 64 left of the 128: the cut was spent
+
+
+def test_a_hedge_is_sized_but_its_cut_is_not_counted_twice() -> None:
+    decider = _decider(powerful=False)
+    decider.offer(targets(extra=64, budget=1e4), T0)
+    decider.observe(_room(10), T0, replica="http://a")
+    decider.offer(targets(epoch=2, issued_at_ms=T0 + 1, extra=64, budget=1e4), T0 + 1)
+    assert decider.fit_to_replica("http://a", 64) == 10
+    assert decider.fit_to_replica("http://a", 64, counted=False) == 10
+    assert decider.counters["rma_shed"]["room"] == 54
+
+
+def test_a_powerful_replica_room_is_not_learned_for_ranking() -> None:
+    decider = _decider()
+    decider.observe(_room(0), T0, model="powerful", replica=POWER)
+    decider.rooms.new_period()
+    assert decider.rooms.cap(POWER) is None

@@ -50,9 +50,12 @@ class Client:
         return None
 
     def observe(self, state: ServerState | None, now: int, error: str | None = None,
-                model: Model = "baseline") -> None:
+                model: Model = "baseline", replica: str | None = None) -> None:
         if error is not None:
             self.errors.append((model, error))
+
+    def fit_to_replica(self, replica: str, extra: int) -> int:
+        return extra
 
     def learn(self, segment: str, model: str, value: float) -> None:
         return None
