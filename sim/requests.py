@@ -38,8 +38,8 @@ from sim.scenario import Scenario
 from sim.worker import BASE, OPT, WHOLE, NormalBlock, Request
 from workers.client.config import powerful_wait_ms
 from workers.client.decision import logged_propensity
-from workers.policy.admission import marginal_extra_value
 from workers.policy.routing import Model
+from workers.policy.shed_order import extras_gain
 
 
 class RequestPath:
@@ -126,7 +126,7 @@ class RequestPath:
         if req.extra and not req.fell_back:   # sized to the replica, as the live client does
             kept = state.client.fit_to_replica(worker.worker_id, req.extra)
             if kept < req.extra:
-                req.extra, req.gain = kept, marginal_extra_value(kept) if kept else None
+                req.extra, req.gain = kept, extras_gain(kept)
         state.served_this_step.add(worker)
         worker.submit_ranking(req, int(now), state.config.deadline_ms)
 

@@ -18,8 +18,8 @@ import msgspec
 from workers.api import RankRequest, RankResponse
 from workers.client.result import RankingError
 from workers.client.transport import RETRY_ON_ANOTHER_REPLICA, CallFailed, Transport
-from workers.policy.admission import marginal_extra_value
 from workers.policy.baseline_retry import BaselineRetry
+from workers.policy.shed_order import extras_gain
 from workers.wire import FeatureValue
 
 #: One call to a replica of the baseline pool: (request, timeout_s, features, url).
@@ -46,7 +46,7 @@ def sized_for(request: RankRequest, extra: int) -> RankRequest:
         return request
     return msgspec.structs.replace(
         request, candidates=request.candidates[:request.base_count + extra],
-        gain=marginal_extra_value(extra) if extra else None)
+        gain=extras_gain(extra))
 
 
 async def call_baseline(request: RankRequest, features: Mapping[str, FeatureValue] | None, *,

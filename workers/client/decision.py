@@ -12,11 +12,11 @@ import msgspec
 from schemas.contract import ControlTargets
 from schemas.signing import Keyring, KeySource, verifier
 from workers.client.config import ClientConfig
-from workers.policy.admission import marginal_extra_value
 from workers.policy.client_shed import BudgetBucket, ClientShedder, ServerSignals, extra_candidates
 from workers.policy.holdout import in_holdout
 from workers.policy.replica_room import ReplicaRooms
 from workers.policy.routing import Model, SbmRouter
+from workers.policy.shed_order import extras_gain
 from workers.policy.targets import EffectiveTargets, TargetState, TargetVerdict
 
 
@@ -102,7 +102,7 @@ class Decider:
         if not self._sbm:
             extra = self._extra(eff, ranking, available_extra, now_ms, budgeted=True)
             return Decision("baseline", False, extra, eff.reason,
-                            gain=marginal_extra_value(extra) if extra else None)
+                            gain=extras_gain(extra))
         powerful = self.shedders["powerful"].allowance(now_ms)
         router = self.router
         route = router.route(segment, eff, powerful)
@@ -122,7 +122,7 @@ class Decider:
             return Decision("powerful", route.explored, extra, eff.reason, p,
                             gain=router.expected_gain(segment, eff))
         return Decision("baseline", route.explored, extra, eff.reason, 1.0 - p,
-                        gain=marginal_extra_value(extra) if extra else None)
+                        gain=extras_gain(extra))
 
     def observe(self, state: ServerSignals | None, now_ms: int, *,
                 error: str | None = None, model: Model = "baseline",

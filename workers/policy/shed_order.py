@@ -28,3 +28,9 @@ def marginal_extra_value(extra: int) -> float:
     value, so extras are shed from the requests with the most first. The scale is the same
     for every request of a scope, so the order is all a replica needs."""
     return 1.0 / (1.0 + max(extra, 0))
+
+
+def extras_gain(extra: int) -> float | None:
+    """The gain a ranking request carrying ``extra`` extra candidates tells the replica
+    (``RankRequest.gain``): its last extra's marginal value; None when it carries none."""
+    return marginal_extra_value(extra) if extra > 0 else None

@@ -13,8 +13,8 @@ from workers.api import Candidate, RankRequest, RankResponse, ServerState
 from workers.client.baseline_call import after_fallback, call_baseline, sized_for
 from workers.client.result import RankingError
 from workers.client.transport import CallFailed, Transport
-from workers.policy.admission import marginal_extra_value
 from workers.policy.baseline_retry import BaselineRetry, RetryConfig
+from workers.policy.shed_order import marginal_extra_value
 from workers.wire import FeatureValue
 
 URLS = ("http://a", "http://b")
