@@ -94,6 +94,15 @@ def _whole(windows: list[tuple[float, float]]) -> list[float]:
     return [rate for rate, reports in windows if reports == len(REPLICAS)]
 
 
+def _every_replica_back(windows: list[tuple[float, float]]) -> bool:
+    """Every replica's reports reach the owner again: the windows hold at least all but two
+    periods' worth of them. Counted over the span rather than window by window, since a
+    loaded runner can close a period empty and merge its reports into the next (one CI run
+    read 12, 12, 24, 0, 24, 12 reports); while the dead process's partition is unowned, each
+    window holds only the owner's five."""
+    return sum(n for _, n in windows) >= (len(windows) - 2) * len(REPLICAS)
+
+
 def _periods(port: int) -> tuple[float, float]:
     """The owner's periods of the scope closed complete, and by grace."""
     samples = scrape(f"http://127.0.0.1:{port}/metrics")
@@ -154,7 +163,7 @@ def test_one_region_spread_over_two_processes_is_merged_and_survives_one_killed(
         # own pause while the group hands the partition over (3.0 s in one CI run) stays
         # inside the targets' TTL.
         assert max(gaps) < TTL_MS, f"targets stopped across the kill: {gaps}"
-        assert len(_whole(after_kill[-6:])) >= 4, after_kill  # the handed-over replicas are back
+        assert _every_replica_back(after_kill[-6:]), after_kill
     finally:
         for proc in procs:
             proc.stop()
