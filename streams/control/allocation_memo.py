@@ -13,6 +13,7 @@ import msgspec
 from streams.control.allocator import AVERAGE, Allocation, Speeds, allocate
 from streams.control.config import AllocatorConfig
 from streams.control.inventory import CapacityVector
+from streams.control.lp import Solver
 
 SOLVED_KEPT = 256
 """Allocations remembered; the oldest is forgotten past it."""
@@ -26,6 +27,7 @@ class AllocationMemo:
     def __init__(self) -> None:
         self._last: tuple[tuple[object, ...], Allocation] | None = None
         self._solved: dict[bytes, Allocation] = {}
+        self._solver = Solver()
 
     def solve(self, capacity: CapacityVector, config: AllocatorConfig, rma_max: float,
               sbm_max: float, curves: Curves | None, speeds: Speeds = AVERAGE) -> Allocation:
@@ -41,7 +43,7 @@ class AllocationMemo:
                 config = msgspec.structs.replace(config, rma_value_segments=curves[0],
                                                  sbm_value_segments=curves[1])
             allocation = allocate(capacity, config, rma_max_units=rma_max,
-                                  sbm_max_units=sbm_max, speeds=speeds)
+                                  sbm_max_units=sbm_max, speeds=speeds, solver=self._solver)
             if len(self._solved) >= SOLVED_KEPT:
                 del self._solved[next(iter(self._solved))]
             self._solved[exact] = allocation

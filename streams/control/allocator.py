@@ -6,8 +6,8 @@ SBM (serve a better model) needs accelerator time only, and only on accelerator 
 powerful model runs on. Each lever's value is concave in the accelerator units it gets: a
 piecewise-linear curve of segments with non-increasing value per unit (the first candidates or
 the first covered requests are worth the most). Maximising a sum of concave piecewise-linear
-functions under linear capacity constraints is a linear programme, solved with
-``scipy.optimize.linprog`` (HiGHS, deterministic).
+functions under linear capacity constraints is a linear programme, solved by HiGHS
+(``streams.control.lp``, deterministic).
 
 Lent units are fungible (either model can be loaded on them) unless their pool's replicas
 report which model they serve (``CapacityVector.pinned``): then they go to that model's lever
@@ -32,11 +32,11 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 from msgspec import Struct
-from scipy.optimize import linprog
 
 from schemas.contract import LimitReason
 from streams.control.config import AllocatorConfig, Segment
 from streams.control.inventory import CapacityVector
+from streams.control.lp import Solver
 
 _DIGITS = 9
 
@@ -100,12 +100,14 @@ def curve_value(segments: tuple[Segment, ...], units: float) -> float:
 
 def allocate(capacity: CapacityVector, config: AllocatorConfig, *,
              rma_max_units: float | None = None,
-             sbm_max_units: float | None = None, speeds: Speeds = AVERAGE) -> Allocation:
+             sbm_max_units: float | None = None, speeds: Speeds = AVERAGE,
+             solver: Solver | None = None) -> Allocation:
     """The value-maximising split of ``capacity`` (an empty allocation if there is nothing).
 
     ``rma_max_units``/``sbm_max_units`` cap a lever's accelerator units, in its average unit,
     at what current traffic can use (units past that are worth nothing, whatever the static
-    curve says); ``speeds`` is what a unit of each type is worth in it.
+    curve says); ``speeds`` is what a unit of each type is worth in it. ``solver``: the
+    caller's, kept across calls (a new one otherwise).
     """
     types = sorted(k for k, v in capacity.accel.items() if v > 0)
     if not types:
@@ -144,15 +146,15 @@ def allocate(capacity: CapacityVector, config: AllocatorConfig, *,
     a_eq[1, n:2 * n], a_eq[1, 2 * n + nr:] = w_sbm, -1.0
 
     # a pool serving one model gives its units to that model's lever only
-    bounds = ([(0.0, capacity.accel[kind] - capacity.pinned_to("powerful", kind))
-               for kind in types]
-              + [(0.0, sbm_ceiling(capacity, config, kind)) for kind in types]
-              + [(0.0, w) for w, _ in rma_seg] + [(0.0, w) for w, _ in sbm_seg])
-    result = linprog(cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.zeros(2), bounds=bounds,
-                     method="highs")
-    if result.status != 0:  # never expected (zero is feasible); fail safe: no optional work
+    upper = np.array([capacity.accel[kind] - capacity.pinned_to("powerful", kind)
+                      for kind in types]
+                     + [sbm_ceiling(capacity, config, kind) for kind in types]
+                     + [w for w, _ in rma_seg] + [w for w, _ in sbm_seg], dtype=float)
+    x = (solver or Solver()).minimise(cost, a_ub, b_ub, a_eq, np.zeros(2), np.zeros(size),
+                                      upper)
+    if x is None:  # never expected (zero is feasible); fail safe: no optional work
         return Allocation()
-    allocation = _allocation(result.x, types, capacity, config, speeds)
+    allocation = _allocation(x, types, capacity, config, speeds)
     limit = sbm_limit(allocation.sbm_accel_units, capacity, config, sbm_max_units, speeds)
     return msgspec.structs.replace(allocation, sbm_limit=limit)
 

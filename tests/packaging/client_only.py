@@ -12,7 +12,8 @@ import importlib.resources
 import importlib.util
 import sys
 
-HEAVY = ("torch", "faust", "scipy", "matplotlib", "prometheus_client", "uvloop", "aiokafka")
+HEAVY = ("torch", "faust", "highspy", "scipy", "matplotlib", "prometheus_client", "uvloop",
+         "aiokafka")
 
 
 async def rank_once() -> None:

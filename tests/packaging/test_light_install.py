@@ -42,7 +42,7 @@ def _wheel(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_client_extra_alone_imports_and_ranks_without_torch_faust_scipy_matplotlib(
+def test_client_extra_alone_imports_and_ranks_without_torch_faust_highs_matplotlib(
         tmp_path: Path) -> None:
     wheel = _wheel(tmp_path)
     venv = tmp_path / "venv"
