@@ -4,7 +4,7 @@
 Python a call checking options and converting arrays around a much shorter solve. The
 allocator solves once a scope and period, live, in every replay and in every simulated
 period: through linprog that was a tenth of an offline replay's CPU. Here the model is passed
-as HiGHS holds it and each scope's controller keeps its solver: 0.45 ms a solve against 1.5
+as HiGHS holds it and each scope's controller keeps its solver: 0.45 ms a solve against 1.6
 (docs/benchmarks.md).
 
 The options are the ones ``linprog`` sets (dual simplex, presolve on). With the HiGHS version
