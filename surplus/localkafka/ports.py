@@ -12,6 +12,12 @@ from surplus.localkafka.jvm import BrokerError
 # Ports picked for tests start here (below the ephemeral range, above the common services).
 PRIVATE_PORT_LOW = 20000
 
+_given: set[int] = set()
+"""Ports this process has handed out. A port is free until its listener binds it, and a fleet
+picks its workers', proxies' and metrics ports before starting any of them: one CI run gave a
+worker a port another listener of the same run had been given and bound first ("address
+already in use"). So a port is handed out once per process (until most of the range has been)."""
+
 
 def port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -56,9 +62,13 @@ def free_ports(count: int) -> list[int]:
 def free_port_block(count: int, attempts: int = 200) -> int:
     """The first of ``count`` consecutive ports free now, below the ephemeral range."""
     high = _ephemeral_low() - count
+    if len(_given) > (high - PRIVATE_PORT_LOW) // 2:
+        _given.clear()
     for _ in range(attempts):
         base = random.randrange(PRIVATE_PORT_LOW, high)
-        if all(port_free(base + i) for i in range(count)):
+        block = range(base, base + count)
+        if not _given.intersection(block) and all(port_free(port) for port in block):
+            _given.update(block)
             return base
     raise BrokerError(f"no {count} consecutive free ports on 127.0.0.1 in "
                       f"{PRIVATE_PORT_LOW}-{high + count}")

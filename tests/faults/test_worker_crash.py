@@ -82,9 +82,14 @@ def test_workers_killed_mid_batch_lose_no_baseline_request(
                  "baseline_failed": decisions.get("baseline_failed", {})})
     figures.add("slowest fallback ms (deadline 250)", round(whole.fallback_max_ms, 1))
 
-    # No baseline request lost: the ones in flight on b2 were retried, and counted.
+    # No baseline request lost: the ones in flight on b2 were retried, and counted. A request
+    # in flight at a kill -9 fails as "disconnected" when the kernel closes its connection
+    # with a FIN, and as "connection" (reset) when the dead process left unread bytes in it:
+    # one CI run counted only {"connection": 9}. Either is a retry; a request that was not
+    # retried would be lost, which the first assertion catches.
     assert whole.lost == {} and whole.served == whole.sent, whole.lost
-    assert b2_in_flight >= 1 and retries.get("disconnected", 0) >= 1, retries
+    went_away = retries.get("disconnected", 0) + retries.get("connection", 0)
+    assert b2_in_flight >= 1 and went_away >= 1, retries
     assert "baseline_failed" not in decisions
     # The powerful replica's requests fell back to baseline within their deadline (the one in
     # flight at the kill was sent before it: the client's own count has it).
