@@ -18,7 +18,7 @@ imports() {
   case $1 in
   client)  echo "import workers.client.client" ;;
   worker)  echo "import torch, workers.runtime.server, workers.runtime.worker" ;;
-  control) echo "import scipy, streams.app, streams.replay" ;;
+  control) echo "import highspy, streams.app, streams.replay" ;;
   report)  echo "import matplotlib, streams.replay_report" ;;
   all)     echo "import torch, streams.app, surplus.demo.run, surplus.demo.report" ;;
   *) echo "check-wheel.sh: unknown extra $1" >&2; return 1 ;;
