@@ -48,9 +48,9 @@ def free_port() -> int:
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` different ports, each free now, below the ephemeral range. Picked one by one,
-    two of a run's listeners were once given the same port (nothing binds it until its process
-    starts), and the second failed with "address already in use"."""
+    """``count`` different ports, each free now, below the ephemeral range. ``free_port``
+    already gives a port once per process (``_given``); the check here keeps the list distinct
+    whatever picks them."""
     ports: list[int] = []
     while len(ports) < count:
         port = free_port()

@@ -60,5 +60,5 @@ def test_highspy_answers_are_linprogs_bit_for_bit(seed: int, types: int, rma: in
 
 def test_an_infeasible_programme_has_no_answer() -> None:
     one = np.ones((1, 1))
-    assert Solver().minimise(np.ones(1), one, np.array([-1.0]), np.zeros((0, 1)), np.zeros(0),
-                    np.zeros(1), np.ones(1)) is None
+    assert Solver().minimise(np.ones(1), one, np.array([-1.0]), np.zeros((0, 1)),
+                             np.zeros(0), np.zeros(1), np.ones(1)) is None
