@@ -37,3 +37,19 @@ def test_tight_run_matches_its_golden_and_keeps_baseline_safe(scenario: str,
     # Overload shedding is the fast layer's answer to a surprise, not the steady state: away
     # from burst onsets and notices the workers trim under 5% of what they do.
     assert surplus["overload_shed_share_steady"] <= 0.05
+
+
+@pytest.mark.slow
+def test_diurnal_day_tight_over_its_whole_day_earns_more_than_greedy_and_stays_safe(
+        tmp_path: Path) -> None:
+    """The golden above judges the compressed day's first hour, the morning, where greedy is
+    safe and, its targets whole from the first period, leads surplus's slow start. Over the
+    whole day its afternoon breaks the SLA (118 windows at the seed as shipped) and surplus,
+    safe throughout, earns more (docs/benchmarks.md, "Capacity-tight worlds")."""
+    summary = compare("diurnal_day_tight", ("surplus", "greedy"), tmp_path, jobs=1)
+    surplus, greedy = summary["table"]["surplus"], summary["table"]["greedy"]
+    assert surplus["baseline_sla_violation_windows"] == 0
+    assert surplus["baseline_requests_rejected"] == 0
+    assert surplus["overload_shed_share_steady"] <= 0.05
+    assert greedy["baseline_sla_violation_windows"] > 0
+    assert surplus["incremental_value"] > greedy["incremental_value"]
