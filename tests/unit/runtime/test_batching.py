@@ -294,7 +294,10 @@ def test_batching_benchmark_reports_both_modes_and_their_ratio() -> None:
 
     tiny = ModelConfig(num_dense=4, num_sparse=3, rows_per_table=50, embedding_dim=4,
                        bottom_mlp=(8,), top_mlp=(8,))
-    result = run(candidates=4, seconds=0.2, max_clients=2, config=tiny, device="cpu")
+    # The bound is loose on purpose: this pins the report's shape, and a loaded CI machine can
+    # take far longer than 50 ms for a pass; the ratio itself is judged by `make bench`.
+    result = run(candidates=4, p99_bound_ms=60_000.0, seconds=0.2, max_clients=2, config=tiny,
+                 device="cpu")
     assert result["batched"]["rps"] > 0 and result["unbatched"]["rps"] > 0
     assert result["unbatched"]["sweep"][0]["mean_batch_rows"] == 4.0  # one request per pass
     assert result["ratio"] == round(result["batched"]["rps"] / result["unbatched"]["rps"], 2)
