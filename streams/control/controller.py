@@ -244,7 +244,8 @@ class ScopeController:
         """
         stats, dt_s = self._measure(now_ms)
         rates = unit_rates(self._cost, self.config)
-        self._planner.learn(self._evidence.estimates, rates, self._observed.total_rps)
+        self._planner.learn(self._evidence.estimates, rates, self._observed.total_rps,
+                            self._rma.most(self._supply.most))
         allocation = self._allocate(now_ms, rates)
         ceiling, reason = period_ceiling(self._restart_ceiling, self._last_targets,
                                          self._override, now_ms)

@@ -100,16 +100,17 @@ class Planner:
         self._curves: Curves | None = None
         self._allocation = Allocation()
 
-    def learn(self, estimates: GainEstimator, rates: UnitRates, request_rps: float) -> None:
+    def learn(self, estimates: GainEstimator, rates: UnitRates, request_rps: float,
+              max_extra: float) -> None:
         """Measure the value curves from joined decisions, where the operator allows it
         (``[allocator] learn_curves``); until both levers are measured the configured ones
-        stay (``offpolicy.learned_curves``)."""
-        allocator = self.config.allocator
-        if allocator.learn_curves:
+        stay (``offpolicy.learned_curves``). ``max_extra``: the most extra candidates a
+        target may hold (``RmaPolicy.most``), where RMA's curve ends."""
+        if self.config.allocator.learn_curves:
             self._curves = learned_curves(
                 estimates, rma_units_per_accel_s=rates.rma_units_per_accel_s,
                 sbm_rps_per_accel=rates.sbm_rps_per_accel, request_rps=request_rps,
-                prior_rma=allocator.rma_value_segments)
+                max_extra=max_extra)
 
     def allocate(self, capacity: CapacityVector, demand: tuple[float, float],
                  unit_speeds: Speeds = AVERAGE) -> Allocation:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -236,7 +237,7 @@ def test_value_curves_stay_the_prior_until_both_levers_are_measured() -> None:
     from streams.control.offpolicy import learned_curves
 
     kw: dict[str, Any] = {"rma_units_per_accel_s": 3500.0, "sbm_rps_per_accel": 20.0,
-                          "request_rps": 100.0, "prior_rma": ((8.0, 1.0), (16.0, 0.5))}
+                          "request_rps": 100.0, "max_extra": 64.0}
     est = GainEstimator(SbmConfig(), LabelsConfig())
     assert learned_curves(est, **kw) is None                      # nothing measured yet
     rounds, _ = _rounds(np.random.default_rng(5), 40_000, {"a": 0.1, "b": 0.8})
@@ -245,14 +246,47 @@ def test_value_curves_stay_the_prior_until_both_levers_are_measured() -> None:
     curves = learned_curves(est, **kw)
     assert curves is not None
     rma, sbm = curves
-    assert len(rma) == 1 and rma[0][0] == 24.0
-    per_extra = est.lift()["rma_per_extra"].measured
-    assert per_extra is not None and rma[0][1] == pytest.approx(per_extra * 3500.0, rel=0.05)
+    # RMA: concave, out to the most extras a target may hold (64 a request at 100 rps)
+    assert [v for _, v in rma] == sorted((v for _, v in rma), reverse=True) and len(rma) > 1
+    assert sum(w for w, _ in rma) == pytest.approx(64.0 * 100.0 / 3500.0, rel=0.1)
+    # ... and worth, at the 8 extras every round carried, the lift measured there
+    lift = est.lift()["rma"].measured
+    assert lift is not None
+    assert _curve_value(rma, 8.0 * 100.0 / 3500.0) == pytest.approx(lift * 100.0, rel=0.1)
     # one piece per segment, the one that gains most first, worth its gain per powerful rps
     assert [v for _, v in sbm] == sorted((v for _, v in sbm), reverse=True)
     assert sbm[0][1] == pytest.approx(0.8 * 20.0, rel=0.15)
     assert sbm[1][1] == pytest.approx(0.1 * 20.0, rel=0.5)
     assert sum(w for w, _ in sbm) == pytest.approx(100.0 / 20.0, rel=0.1)
+
+
+def _curve_value(curve: tuple[tuple[float, float], ...], units: float) -> float:
+    """Value per second of ``units`` on a piecewise-linear concave curve."""
+    value = 0.0
+    for width, per_unit in curve:
+        take = min(width, max(0.0, units))
+        value += take * per_unit
+        units -= take
+    return value
+
+
+def test_rma_curve_prices_the_first_extras_above_the_mean_and_the_last_below() -> None:
+    from streams.control.offpolicy import rma_curve
+
+    # a request's value from k extras: 0.05 ln(1 + k/16); requests carried 256 each
+    scale, carried, rps, per_unit = 16.0, 256.0, 50.0, 4000.0
+    lift = 0.05 * math.log1p(carried / scale)
+    curve = rma_curve(lift, math.log1p(carried / scale), scale, 2032.0,
+                      units_per_accel_s=per_unit, request_rps=rps)
+    values = [v for _, v in curve]
+    assert values == sorted(values, reverse=True)
+    mean_per_unit = lift / carried * per_unit       # the one linear piece it replaces
+    assert values[0] > 4.0 * mean_per_unit and values[-1] < mean_per_unit / 3.0
+    for extras in (8.0, 64.0, 256.0, 2032.0):       # the curve's value is the request's
+        want = rps * 0.05 * math.log1p(extras / scale)
+        assert _curve_value(curve, extras * rps / per_unit) == pytest.approx(want, rel=0.1)
+    assert rma_curve(0.0, 1.0, scale, 256.0, units_per_accel_s=per_unit, request_rps=rps) == ()
+    assert rma_curve(lift, 0.0, scale, 256.0, units_per_accel_s=per_unit, request_rps=rps) == ()
 
 
 def test_the_true_split_counts_what_routing_changed() -> None:
