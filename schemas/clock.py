@@ -39,3 +39,19 @@ def wall_ms_fine() -> float:
     """`wall_ms` to the microsecond: when a notice arrived and was acted on, measured against
     its stamp in a millisecond or two."""
     return time.time_ns() / 1e6 + _OFFSET_MS
+
+
+def wall_ms_at_edge() -> int:
+    """`wall_ms`, read as a millisecond begins (waiting up to one for it).
+
+    A stamp in whole milliseconds is up to one early for whoever measures from it with
+    `wall_ms_fine`, half a millisecond on average: a notice stamped so would read that much
+    slower to react than it was. Sent as the millisecond begins, its stamp is the moment it
+    leaves to within the wake-up's tens of microseconds (and never later than it)."""
+    edge_ns = (time.time_ns() // 1_000_000 + 1) * 1_000_000
+    left_s = (edge_ns - time.time_ns()) / 1e9 - 0.0002
+    if left_s > 0:
+        time.sleep(left_s)
+    while time.time_ns() < edge_ns:
+        pass
+    return edge_ns // 1_000_000 + _OFFSET_MS

@@ -177,6 +177,8 @@ def capacity_agent(
     sender = EventSender(kafka, client_id=f"surplus-capacity-agent-{worker_id}")
     replica_urls = [] if worker_url is None else [worker_url]
     direct = DirectNotices(keys=keys) if replica_urls else None
+    if direct is not None:
+        direct.warm(replica_urls)
     try:
         decider = NoticeDecider(
             Replica(worker_id=worker_id, pool_id=first.pool_id,

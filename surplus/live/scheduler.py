@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from schemas import kafka_clients
-from schemas.clock import wall_ms
+from schemas.clock import wall_ms, wall_ms_at_edge
 from schemas.codec import encode
 from schemas.contract import PreemptionNotice, ReplicaAnnouncement
 from schemas.kafka_config import KafkaSettings
@@ -68,6 +68,9 @@ class ReplicaDirectory:
         self._members = Membership()
         self._lock = threading.Lock()
         self._feed = MembershipFeed(kafka, "scheduler", self._deliver)
+        #: Called with each endpoint a replica announces for the first time (the poster
+        #: opens its connection then, ahead of the first notice).
+        self.on_endpoint: Callable[[str], None] | None = None
 
     def start(self) -> None:
         self._feed.start()
@@ -83,8 +86,12 @@ class ReplicaDirectory:
         with self._lock:
             if announcement is None:
                 self._members.withdraw(replica_id)
-            else:
-                self._members.offer(announcement, wall_ms())
+                return
+            known = self._members.members().get(replica_id)
+            self._members.offer(announcement, wall_ms())
+        if self.on_endpoint is not None and (known is None
+                                             or known.endpoint != announcement.endpoint):
+            self.on_endpoint(announcement.endpoint)
 
 
 class Scheduler:
@@ -100,8 +107,11 @@ class Scheduler:
         self.actions = actions
         self.keys = keys
         #: Where to post notices, and the poster (None: Kafka only).
-        self._direct = None if directory is None else (directory,
-                                                       DirectNotices(warn=say, keys=keys))
+        self._direct: tuple[ReplicaDirectory, DirectNotices] | None = None
+        if directory is not None:
+            poster = DirectNotices(warn=say, keys=keys)
+            directory.on_endpoint = lambda url: poster.warm([url])
+            self._direct = (directory, poster)
         self.kafka = kafka
         self.start_ms = start_ms
         self.say = say
@@ -141,7 +151,8 @@ class Scheduler:
         return wait_s > 0 and stop.wait(wait_s)
 
     def _send(self, action: Action) -> None:
-        now = wall_ms()
+        # a notice's stamp is what its reaction is measured from: taken as a millisecond begins
+        now = wall_ms_at_edge() if action.kind == "notice" else wall_ms()
         event = self._outbox.stamp(action, now)
         if self.keys is not None:
             event = self.keys.sign(event)

@@ -53,6 +53,7 @@ def test_the_live_scheduler_sends_what_the_simulator_publishes(
 
     clock = Clock(scenario.start_ms)
     monkeypatch.setattr(live, "wall_ms", lambda: clock.now_ms)
+    monkeypatch.setattr(live, "wall_ms_at_edge", lambda: clock.now_ms)  # notices' stamps
     sender = live.Scheduler(schedule.build(scenario, base), kafka, scenario.start_ms,
                             say=lambda _line: None)
     producer = sender._producer = Producer()  # type: ignore[assignment]
@@ -90,6 +91,7 @@ def test_each_notice_is_posted_to_the_live_replicas_of_its_pool_as_well_as_sent(
     kafka = KafkaSettings(bootstrap="127.0.0.1:1")
     clock = Clock(scenario.start_ms)
     monkeypatch.setattr(live, "wall_ms", lambda: clock.now_ms)
+    monkeypatch.setattr(live, "wall_ms_at_edge", lambda: clock.now_ms)
     actions = schedule.build(scenario, base)
     pool = next(a.pool_id for a in actions if a.kind == "notice")
     replica = Replica()

@@ -1,4 +1,5 @@
-"""The wall clock's skew hook: a bad value names the variable."""
+"""The wall clock: its skew hook (a bad value names the variable) and its stamps at a millisecond's
+edge."""
 
 from __future__ import annotations
 
@@ -29,3 +30,14 @@ def test_a_bad_offset_stops_the_process_naming_the_variable() -> None:
     out = _run("2s")
     assert out.returncode != 0
     assert "SURPLUS_CLOCK_OFFSET_MS: expected whole milliseconds, got '2s'" in out.stderr
+
+
+def test_a_stamp_taken_at_the_edge_is_never_after_the_moment_it_leaves() -> None:
+    from schemas.clock import wall_ms_at_edge, wall_ms_fine
+
+    for _ in range(20):
+        before = wall_ms_fine()
+        stamp = wall_ms_at_edge()
+        after = wall_ms_fine()
+        assert isinstance(stamp, int)
+        assert before < stamp <= after      # a millisecond begun after the call, not before
