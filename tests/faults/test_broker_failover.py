@@ -292,6 +292,15 @@ def _fail_over_and_check(fleet: Fleet, kafka: KafkaSettings, survivors: str,
     figures.add("failover (kill -> optional work seen again)", figures_of(failover))
     figures.add("after", figures_of(after))
     figures.add("failover s (from the kill)", times)
+    # Where a slow failover's tail sits (two CI rehearsals read a ranking p99 of 106 and 359
+    # ms here; runs alone 37-56 ms, and once over 100): the slowest ranking requests, from the
+    # kill, with the extras they carried; a stall shows as several ending together.
+    slowest = sorted((s for s in failover.samples if failover.t0 <= s.t < failover.t1
+                      and s.served and s.routed != "powerful"),
+                     key=lambda s: -s.latency_ms)[:6]
+    figures.add("slowest ranking requests in the failover (start s from the kill, end s, ms, "
+                "extras scored)", [[round(s.t - kill_t, 3), round(s.end_t - kill_t, 3),
+                                    round(s.latency_ms, 1), s.optional_scored] for s in slowest])
     figures.add("longest stretch without RMA extras around the kill s",
                 round(_longest_gap(optional_t, kill_t - 1.0, load.window(0).t1), 1))
     figures.add("notices: sent / acked / failed / read back / lost / duplicated", [
