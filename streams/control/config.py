@@ -146,7 +146,7 @@ class AllocatorConfig(_Config, frozen=True, kw_only=True):
         (4.0, 1.5), (8.0, 0.8), (16.0, 0.3), (64.0, 0.1))
     learn_curves: bool = True
     """Replace the two curves above (then only the prior) by the value measured from joined
-    labels once both levers are measured (``streams.control.offpolicy.learned_curves``)."""
+    labels once both levers are measured (``streams.control.value_curves.learned_curves``)."""
 
     def __post_init__(self) -> None:
         for name in ("rma_value_segments", "sbm_value_segments"):

@@ -20,7 +20,8 @@ from streams.control.allocator import AVERAGE, Allocation, Speeds
 from streams.control.config import ControlConfig
 from streams.control.cost import CostModel
 from streams.control.inventory import CapacityVector
-from streams.control.offpolicy import GainEstimator, learned_curves
+from streams.control.offpolicy import GainEstimator
+from streams.control.value_curves import learned_curves
 
 
 class UnitRates(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -104,7 +105,7 @@ class Planner:
               max_extra: float) -> None:
         """Measure the value curves from joined decisions, where the operator allows it
         (``[allocator] learn_curves``); until both levers are measured the configured ones
-        stay (``offpolicy.learned_curves``). ``max_extra``: the most extra candidates a
+        stay (``value_curves.learned_curves``). ``max_extra``: the most extra candidates a
         target may hold (``RmaPolicy.most``), where RMA's curve ends."""
         if self.config.allocator.learn_curves:
             self._curves = learned_curves(

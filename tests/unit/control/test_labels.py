@@ -234,7 +234,7 @@ def test_estimates_are_a_function_of_the_joined_decisions_only() -> None:
 # -- the allocator's curves --------------------------------------------------------------------
 
 def test_value_curves_stay_the_prior_until_both_levers_are_measured() -> None:
-    from streams.control.offpolicy import learned_curves
+    from streams.control.value_curves import learned_curves
 
     kw: dict[str, Any] = {"rma_units_per_accel_s": 3500.0, "sbm_rps_per_accel": 20.0,
                           "request_rps": 100.0, "max_extra": 64.0}
@@ -271,7 +271,7 @@ def _curve_value(curve: tuple[tuple[float, float], ...], units: float) -> float:
 
 
 def test_rma_curve_prices_the_first_extras_above_the_mean_and_the_last_below() -> None:
-    from streams.control.offpolicy import rma_curve
+    from streams.control.value_curves import rma_curve
 
     # a request's value from k extras: 0.05 ln(1 + k/16); requests carried 256 each
     scale, carried, rps, per_unit = 16.0, 256.0, 50.0, 4000.0
