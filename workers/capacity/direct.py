@@ -121,6 +121,9 @@ class DirectNotices:
                 self._problem(url, f"unreachable ({type(exc).__name__}: {exc})")
         with self._lock:
             self.counters[outcome] = self.counters.get(outcome, 0) + 1
+            if outcome == "unreachable" and not held:
+                # a replica gone keeps no slot: replicas come and go for the poster's life
+                self._conns.pop(url, None)
         return outcome
 
     def _exchange(self, url: str, held: list[http.client.HTTPConnection], body: bytes,

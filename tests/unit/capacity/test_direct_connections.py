@@ -124,5 +124,6 @@ def test_a_replica_gone_is_unreachable_with_one_warning() -> None:
             replica.kill()          # the replica is gone, and its kept connection with it
         assert direct.send(_notice(2), [url])[0].result(5) == "unreachable"
         assert len(warnings) == 1 and url in warnings[0]
+        assert direct._conns == {}            # the gone replica keeps no slot
     finally:
         direct.close()
